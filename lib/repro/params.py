@@ -1,0 +1,149 @@
+"""Typed chapter parameters: profiles, overrides and their validation.
+
+Each chapter declares a schema in the registry (``type``, and optionally
+``min``, ``max``, ``choices``).  Profiles live in ``params/<id>.yaml`` with a
+``smoke``, a ``cpu`` and a ``paper`` section.  Every value that reaches a
+notebook goes through :func:`validate` first, so a wrong name, type or range
+fails before any kernel starts, with a message naming the parameter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repro.paths import repo_root
+from repro.registry import Chapter
+
+PROFILES = ("smoke", "cpu", "paper")
+DEFAULT_PROFILE = "cpu"
+_SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+class ParameterError(ValueError):
+    """A parameter is unknown, of the wrong type or out of range."""
+
+
+def _check_scalar(name: str, kind: str, value: Any, spec: dict[str, Any]) -> Any:
+    py = _SCALARS[kind]
+    if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(value, bool) and kind != "bool":
+        raise ParameterError(f"parameter {name!r}: expected {kind}, got bool {value!r}")
+    if not isinstance(value, py):
+        raise ParameterError(f"parameter {name!r}: expected {kind}, got {type(value).__name__} {value!r}")
+    if "choices" in spec and value not in spec["choices"]:
+        raise ParameterError(f"parameter {name!r}: {value!r} is not one of {spec['choices']}")
+    if "min" in spec and value < spec["min"]:
+        raise ParameterError(f"parameter {name!r}: {value!r} is below the minimum {spec['min']}")
+    if "max" in spec and value > spec["max"]:
+        raise ParameterError(f"parameter {name!r}: {value!r} is above the maximum {spec['max']}")
+    return value
+
+
+def check_value(name: str, spec: dict[str, Any], value: Any) -> Any:
+    """Validate (and lightly coerce: int to float) one parameter value.
+
+    Parameters
+    ----------
+    name
+        The parameter's name, used in error messages.
+    spec
+        Its schema entry: ``type`` plus optional ``min``, ``max``, ``choices``.
+    value
+        The value to check.
+
+    Returns
+    -------
+    Any
+        The value, with ints widened to floats where the type is ``float``.
+
+    Raises
+    ------
+    ParameterError
+        If the value has the wrong type or is out of range.
+    """
+    kind = spec["type"]
+    if kind.startswith("list[") and kind.endswith("]"):
+        inner = kind[5:-1]
+        if not isinstance(value, (list, tuple)):
+            raise ParameterError(f"parameter {name!r}: expected {kind}, got {type(value).__name__} {value!r}")
+        if len(value) == 0:
+            raise ParameterError(f"parameter {name!r}: expected a non-empty {kind}")
+        return [_check_scalar(f"{name}[{i}]", inner, v, spec) for i, v in enumerate(value)]
+    if kind not in _SCALARS:
+        raise ValueError(f"schema of {name!r} has unknown type {kind!r}")
+    return _check_scalar(name, kind, value, spec)
+
+
+def validate(chapter: Chapter, values: dict[str, Any], *, complete: bool = True) -> dict[str, Any]:
+    """Validate a full set of parameter values against a chapter's schema.
+
+    Parameters
+    ----------
+    chapter
+        The chapter whose schema applies.
+    values
+        Parameter name to value.
+    complete
+        Also require every schema parameter to be present.
+
+    Returns
+    -------
+    dict
+        The checked (and coerced) values.
+
+    Raises
+    ------
+    ParameterError
+        Naming the first unknown, missing, mistyped or out-of-range parameter.
+    """
+    schema = chapter.parameters
+    unknown = sorted(set(values) - set(schema))
+    if unknown:
+        raise ParameterError(
+            f"chapter {chapter.id!r}: unknown parameter {unknown[0]!r}; known parameters: {', '.join(schema)}"
+        )
+    if complete:
+        missing = [k for k in schema if k not in values]
+        if missing:
+            raise ParameterError(f"chapter {chapter.id!r}: parameter {missing[0]!r} has no value")
+    return {k: check_value(k, schema[k], v) for k, v in values.items()}
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse a ``key=value`` override; the value is read as YAML (``3``, ``0.1``, ``[1, 2]``, ``abc``)."""
+    if "=" not in text:
+        raise ParameterError(f"override {text!r} is not of the form key=value")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ParameterError(f"parameter {key!r}: cannot parse {raw!r}: {exc}") from exc
+    return key, value
+
+
+def load_profiles(chapter: Chapter, root: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Read ``params/<id>.yaml`` and return its profile sections."""
+    path = (root or repo_root()) / chapter.params_file
+    if not path.is_file():
+        raise FileNotFoundError(f"chapter {chapter.id!r} has no profile file {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    missing = [p for p in PROFILES if p not in data]
+    if missing:
+        raise ParameterError(f"{path}: missing profile section(s) {missing}")
+    return {p: dict(data[p] or {}) for p in PROFILES}
+
+
+def resolve(
+    chapter: Chapter, profile: str, overrides: dict[str, Any] | None = None, root: Path | None = None
+) -> dict[str, Any]:
+    """Return the validated parameters of ``chapter`` at ``profile`` with ``overrides`` applied."""
+    if profile not in PROFILES:
+        raise ParameterError(f"parameter 'profile': {profile!r} is not one of {list(PROFILES)}")
+    values = load_profiles(chapter, root)[profile]
+    values.update(overrides or {})
+    return validate(chapter, values)
