@@ -1,0 +1,124 @@
+"""The ``repro`` command line.
+
+``repro list``                     the chapters and their claims
+``repro status``                   fresh/stale per profile and the last wall time
+``repro run ID [--profile P] [-p k=v ...] [--dry-run]``
+                                   execute a chapter with papermill
+``repro dvc``                      regenerate ``dvc.yaml`` from the registry
+``repro book``                     assemble the book's sources (toc, scoreboard, chapters)
+``repro data``                     build the datasets under ``data/``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from repro import params
+from repro.registry import load_registry
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    reg = load_registry()
+    for fam, chapters in reg.by_family().items():
+        print(f"{reg.families[fam]}")
+        for ch in chapters:
+            print(f"  {ch.id:<22} {ch.title}  ({len(ch.claims)} claims)")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from repro.runner import status
+
+    reg = load_registry()
+    print(f"{'chapter':<22} " + " ".join(f"{p:<24}" for p in params.PROFILES))
+    for ch in reg.chapters:
+        st = status(ch)
+        cells = []
+        for p in params.PROFILES:
+            s = st[p]
+            wall = "" if s["wall_time_s"] is None else f" ({s['wall_time_s']:.0f} s)"
+            cells.append(f"{s['state'] + wall:<24}")
+        print(f"{ch.id:<22} " + " ".join(cells))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from repro.runner import RunError, execute, plan
+
+    try:
+        p = plan(args.chapter, args.profile, args.param)
+    except (KeyError, params.ParameterError, FileNotFoundError) as exc:
+        print(f"repro run: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        exp = "unknown (no recorded run at this profile)" if p.expected_s is None else f"about {p.expected_s:.0f} s"
+        print(f"chapter {p.chapter.id} at profile {p.profile}; expected time {exp}")
+        for k, v in p.values.items():
+            print(f"  {k} = {v!r}")
+        return 0
+    try:
+        rec = execute(p, args.param, log_output=args.verbose)
+    except RunError as exc:
+        print(f"repro run: {exc}", file=sys.stderr)
+        return 1
+    print(f"{p.chapter.id} [{p.profile}] finished in {rec['run']['wall_time_s']:.1f} s")
+    for cid, c in rec["claims"].items():
+        print(f"  {cid}: {c['mean']:.3g} ± {c['std']:.2g} over {c['n']} seeds -> {c['verdict']}")
+    return 0
+
+
+def _cmd_dvc(args: argparse.Namespace) -> int:
+    from repro.dvcgen import write_dvc_yaml
+
+    path = write_dvc_yaml()
+    print(f"wrote {path}")
+    return 0
+
+
+def _cmd_book(args: argparse.Namespace) -> int:
+    from repro.book import assemble
+
+    for line in assemble(profile=args.profile):
+        print(line)
+    return 0
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    from repro.datasets import build_all
+
+    for p in build_all():
+        print(f"ready: {p}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``repro`` command."""
+    ap = argparse.ArgumentParser(prog="repro", description="Run and assemble ReproBook chapters.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="list chapters").set_defaults(fn=_cmd_list)
+    sub.add_parser("status", help="fresh or stale per chapter and profile").set_defaults(fn=_cmd_status)
+    r = sub.add_parser("run", help="execute a chapter notebook")
+    r.add_argument("chapter")
+    r.add_argument("--profile", default=params.DEFAULT_PROFILE, choices=params.PROFILES)
+    r.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a parameter (value read as YAML); repeatable")
+    r.add_argument("--dry-run", action="store_true", help="validate and print the plan and expected time")
+    r.add_argument("-v", "--verbose", action="store_true", help="stream the notebook's output")
+    r.set_defaults(fn=_cmd_run)
+    sub.add_parser("dvc", help="regenerate dvc.yaml from the registry").set_defaults(fn=_cmd_dvc)
+    b = sub.add_parser("book", help="assemble the book sources from executed chapters")
+    b.add_argument("--profile", default=params.DEFAULT_PROFILE, choices=params.PROFILES)
+    b.set_defaults(fn=_cmd_book)
+    sub.add_parser("data", help="build the datasets under data/").set_defaults(fn=_cmd_data)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``repro`` command."""
+    args = build_parser().parse_args(argv)
+    return int(args.fn(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

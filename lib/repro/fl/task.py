@@ -1,0 +1,92 @@
+"""A federated task: dataset, client partition and model, built from a frozen spec.
+
+The spec is small and picklable, so every engine (in-process, Ray workers, a
+real SuperNode) rebuilds exactly the same data from it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from repro import datasets, models, partition
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a federated run trains on.
+
+    Parameters
+    ----------
+    dataset
+        ``digits`` or ``fashion_mnist``.
+    num_clients
+        Number of clients the training set is split over.
+    scheme
+        Partitioner: ``iid``, ``dirichlet`` or ``shards``.
+    alpha
+        Dirichlet concentration (``scheme='dirichlet'``).
+    hidden
+        Hidden widths of the MLP.
+    n_train
+        Training samples drawn from the dataset (``None``: all).
+    data_seed
+        Seed of the subsample and the partition.
+    """
+
+    dataset: str = "digits"
+    num_clients: int = 10
+    scheme: str = "dirichlet"
+    alpha: float = 0.1
+    hidden: tuple[int, ...] = (64,)
+    n_train: int | None = None
+    data_seed: int = 0
+
+
+@functools.lru_cache(maxsize=8)
+def load_task_data(spec: TaskSpec) -> tuple[datasets.Dataset, tuple[np.ndarray, ...]]:
+    """The dataset and the client partition of ``spec`` (cached per process)."""
+    ds = datasets.load(spec.dataset, n_train=spec.n_train, seed=spec.data_seed)
+    parts = partition.partition(ds.y_train, spec.num_clients, spec.scheme, seed=spec.data_seed, alpha=spec.alpha)
+    return ds, tuple(parts)
+
+
+def client_data(spec: TaskSpec, partition_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Training arrays ``(x, y)`` of client ``partition_id``."""
+    ds, parts = load_task_data(spec)
+    if not 0 <= partition_id < len(parts):
+        raise ValueError(f"partition_id {partition_id} outside 0..{len(parts) - 1}")
+    idx = parts[partition_id]
+    return ds.x_train[idx], ds.y_train[idx]
+
+
+def build_model(spec: TaskSpec, seed: int) -> torch.nn.Module:
+    """The task's model, initialised from ``seed``."""
+    ds, _ = load_task_data(spec)
+    torch.manual_seed(seed)
+    return models.mlp(ds.num_features, spec.hidden, ds.num_classes)
+
+
+_WORK_MODELS: dict[TaskSpec, torch.nn.Module] = {}
+
+
+def work_model(spec: TaskSpec) -> torch.nn.Module:
+    """A per-process model instance for clients to load weights into (avoids re-initialising)."""
+    if spec not in _WORK_MODELS:
+        _WORK_MODELS[spec] = build_model(spec, seed=0)
+    return _WORK_MODELS[spec]
+
+
+@torch.no_grad()
+def evaluate(spec: TaskSpec, model: torch.nn.Module) -> dict[str, float]:
+    """Test accuracy (percent) and mean cross-entropy of ``model``."""
+    ds, _ = load_task_data(spec)
+    model.eval()
+    logits = model(torch.from_numpy(ds.x_test))
+    y = torch.from_numpy(ds.y_test)
+    loss = torch.nn.functional.cross_entropy(logits, y).item()
+    acc = (logits.argmax(1) == y).float().mean().item() * 100.0
+    return {"accuracy": acc, "loss": loss}

@@ -1,0 +1,73 @@
+"""Small torch models written by hand (torchvision is not installable beside torch 2.13)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def mlp(in_features: int, hidden: Sequence[int], num_classes: int) -> nn.Sequential:
+    """A ReLU multilayer perceptron ``in -> hidden... -> classes`` with named layers ``fc0, fc1, ...``."""
+    dims = [in_features, *hidden, num_classes]
+    layers: list[tuple[str, nn.Module]] = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        layers.append((f"fc{i}", nn.Linear(a, b)))
+        if i < len(dims) - 2:
+            layers.append((f"relu{i}", nn.ReLU()))
+    return nn.Sequential(OrderedDict(layers))
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block (two 3x3 convolutions and a shortcut)."""
+
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(out)) + self.short(x))
+
+
+def resnet_cifar(depth: int = 20, num_classes: int = 10, in_channels: int = 3) -> nn.Module:
+    """He et al.'s CIFAR ResNet (depth = 6n+2; 20 gives ResNet20), for the paper profiles."""
+    if (depth - 2) % 6:
+        raise ValueError(f"depth must be 6n+2, got {depth}")
+    n = (depth - 2) // 6
+    layers: list[nn.Module] = [nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+    cin = 16
+    for cout, stride in ((16, 1), (32, 2), (64, 2)):
+        for i in range(n):
+            layers.append(BasicBlock(cin, cout, stride if i == 0 else 1))
+            cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes)]
+    return nn.Sequential(*layers)
+
+
+def get_weights(model: nn.Module) -> dict[str, np.ndarray]:
+    """The model's state as numpy arrays (copies), keyed by parameter name."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def set_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
+    """Load numpy arrays (a full or partial state) into ``model`` in place."""
+    state = model.state_dict()
+    for k, v in weights.items():
+        if k not in state:
+            raise KeyError(f"model has no parameter {k!r}")
+        state[k].copy_(torch.from_numpy(np.asarray(v)))
+
+
+def count_parameters(model: nn.Module) -> dict[str, int]:
+    """Number of scalars in each entry of the state dict."""
+    return {k: int(v.numel()) for k, v in model.state_dict().items()}

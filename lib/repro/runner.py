@@ -1,0 +1,238 @@
+"""Run a chapter: validate its parameters, execute it with papermill, publish.
+
+A run stages everything in ``build/staging/<id>/<profile>/``.  Only after the
+notebook finished without error and saved its ledger are the outputs moved
+into place, the ledger record last, each by an atomic rename.  A failed or
+killed run therefore never leaves a result that looks complete.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repro import atomic, deps, params, results
+from repro.paths import executed_notebook, output_root, repo_root, results_dir
+from repro.registry import Chapter, load_registry
+
+RUNTIME_PARAMS = ("profile", "output_dir")
+_VOLATILE = ("start_time", "end_time", "duration")
+
+
+class RunError(RuntimeError):
+    """The chapter's notebook failed; the message names the failing notebook."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated run, before anything executes."""
+
+    chapter: Chapter
+    profile: str
+    values: dict[str, Any]
+    expected_s: float | None
+
+
+def chapter_inputs(chapter: Chapter, root: Path | None = None) -> list[Path]:
+    """Files whose content decides a chapter's outputs: notebook, library modules, env lock."""
+    root = root or repo_root()
+    nb = root / chapter.notebook
+    mods = deps.chapter_modules(nb, root / "lib")
+    return [nb, *mods, results.env_lock_path(root), root / "lib" / "repro" / "registry.yaml"]
+
+
+def inputs_hash(chapter: Chapter, profile: str, values: dict[str, Any], root: Path | None = None) -> str:
+    """Fingerprint of everything a run at ``profile`` depends on (for ``repro status``)."""
+    root = root or repo_root()
+    h = hashlib.sha256()
+    for f in chapter_inputs(chapter, root):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes() if f.is_file() else b"<missing>")
+    h.update(yaml.safe_dump({"profile": profile, "values": values}, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def history(chapter_id: str) -> list[dict[str, Any]]:
+    """Every recorded run of a chapter (oldest first)."""
+    p = results_dir(chapter_id) / "runs.jsonl"
+    if not p.is_file():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def expected_seconds(chapter_id: str, profile: str) -> float | None:
+    """Median wall time of the recorded runs at ``profile`` (``None`` if never run)."""
+    times = [r["wall_time_s"] for r in history(chapter_id) if r.get("profile") == profile and r.get("ok")]
+    return float(statistics.median(times[-5:])) if times else None
+
+
+def plan(chapter_id: str, profile: str = params.DEFAULT_PROFILE, overrides: list[str] | None = None) -> Plan:
+    """Validate a run request; raises before any kernel starts.
+
+    Parameters
+    ----------
+    chapter_id
+        Registry id.
+    profile
+        ``smoke``, ``cpu`` or ``paper``.
+    overrides
+        ``key=value`` strings (values parsed as YAML).
+
+    Raises
+    ------
+    KeyError
+        Unknown chapter.
+    repro.params.ParameterError
+        Unknown parameter, wrong type or out-of-range value.
+    """
+    chapter = load_registry().get(chapter_id)
+    parsed = dict(params.parse_override(o) for o in overrides or [])
+    values = params.resolve(chapter, profile, parsed)
+    return Plan(chapter, profile, values, expected_seconds(chapter_id, profile))
+
+
+def strip_volatile(nb: dict[str, Any]) -> dict[str, Any]:
+    """Remove timestamps and durations from an executed notebook (DVC hashes it)."""
+    pm = nb.get("metadata", {}).get("papermill", {})
+    for k in _VOLATILE:
+        pm.pop(k, None)
+    pm.pop("input_path", None)
+    pm.pop("output_path", None)
+    for cell in nb.get("cells", []):
+        md = cell.get("metadata", {})
+        md.pop("execution", None)
+        for k in _VOLATILE:
+            md.get("papermill", {}).pop(k, None)
+    return nb
+
+
+def _lock(chapter_id: str, profile: str):
+    path = output_root() / "build" / "locks" / f"{chapter_id}.{profile}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "w")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        fh.close()
+        raise RunError(f"{chapter_id} at {profile} is already running ({path})") from exc
+    return fh
+
+
+def command_line(p: Plan, overrides: list[str] | None) -> str:
+    """The command that reruns this exact run."""
+    extra = "".join(f" -p {o}" for o in overrides or [])
+    return f"repro run {p.chapter.id} --profile {p.profile}{extra}"
+
+
+def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = False) -> dict[str, Any]:
+    """Execute a planned run with papermill and publish its outputs atomically.
+
+    Returns
+    -------
+    dict
+        The published ledger record (claims plus provenance).
+    """
+    import papermill as pm
+
+    root = repo_root()
+    ch = p.chapter
+    lock = _lock(ch.id, p.profile)
+    try:
+        staging = output_root() / "build" / "staging" / ch.id / p.profile
+        if staging.exists():
+            shutil.rmtree(staging)
+        (staging / "figures").mkdir(parents=True)
+        staged_nb = staging / "executed.ipynb"
+        values = {**p.values, "profile": p.profile, "output_dir": str(staging)}
+        os.environ.setdefault("REPRO_ROOT", str(root))
+        t0 = time.monotonic()
+        try:
+            pm.execute_notebook(
+                str(root / ch.notebook), str(staged_nb), parameters=values, kernel_name="python3",
+                cwd=str(root), progress_bar=False, log_output=log_output,
+            )
+        except Exception as exc:  # papermill raises PapermillExecutionError and others
+            failed = executed_notebook(ch.id, p.profile).with_suffix(".failed.ipynb")
+            if staged_nb.is_file():
+                atomic.write_bytes(failed, staged_nb.read_bytes())
+            _append_history(ch.id, {"profile": p.profile, "ok": False, "wall_time_s": time.monotonic() - t0,
+                                    "finished_at": _now()})
+            raise RunError(f"chapter {ch.id!r} failed at profile {p.profile!r}: {exc}\n(notebook kept at {failed})") from exc
+        wall = time.monotonic() - t0
+        ledger = staging / results.LEDGER_NAME
+        if not ledger.is_file():
+            raise RunError(f"chapter {ch.id!r} did not save its ledger (call Ledger.save() in the notebook)")
+        claims = json.loads(ledger.read_text())
+        nb = strip_volatile(json.loads(staged_nb.read_text()))
+        nb_text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        nb_text = nb_text.replace(str(staging), f"build/staging/{ch.id}/{p.profile}")
+        record = {
+            "chapter": ch.id,
+            "profile": p.profile,
+            "claims": claims["claims"],
+            "parameters": p.values,
+            "provenance": {
+                "git_sha": results.git_sha(root),
+                "env_lock": str(results.env_lock_path(root).relative_to(root)),
+                "env_lock_sha256": results.env_lock_hash(root),
+                "hardware": results.hardware(),
+                "python": sys.version.split()[0],
+                "command": command_line(p, overrides),
+            },
+            "figures": sorted(f.name for f in (staging / "figures").iterdir()),
+        }
+        run = {"profile": p.profile, "ok": True, "wall_time_s": round(wall, 2), "finished_at": _now(),
+               "inputs_hash": inputs_hash(ch, p.profile, p.values, root)}
+        # publish: notebook, figures, then the ledger record, each atomically
+        atomic.write_text(executed_notebook(ch.id, p.profile), nb_text)
+        atomic.replace_dir(staging / "figures", results_dir(ch.id) / p.profile / "figures")
+        atomic.write_json(results_dir(ch.id) / f"{p.profile}.run.json", run)
+        atomic.write_json(results_dir(ch.id) / f"{p.profile}.json", record)
+        _append_history(ch.id, run)
+        shutil.rmtree(staging, ignore_errors=True)
+        record["run"] = run
+        return record
+    finally:
+        lock.close()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _append_history(chapter_id: str, entry: dict[str, Any]) -> None:
+    p = results_dir(chapter_id) / "runs.jsonl"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a") as fh:
+        fh.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def status(chapter: Chapter) -> dict[str, dict[str, Any]]:
+    """Per profile: ``fresh``, ``stale`` or ``never run``, and the last wall time."""
+    out: dict[str, dict[str, Any]] = {}
+    for prof in params.PROFILES:
+        rec = results.load_result(chapter.id, prof)
+        if rec is None or "run" not in rec:
+            out[prof] = {"state": "never run", "wall_time_s": None}
+            continue
+        try:
+            values = params.resolve(chapter, prof, {k: v for k, v in rec["parameters"].items()})
+            now = inputs_hash(chapter, prof, values)
+            default = params.resolve(chapter, prof)
+        except (params.ParameterError, FileNotFoundError):
+            now, default = None, None
+        state = "fresh" if now == rec["run"].get("inputs_hash") and values == default else "stale"
+        out[prof] = {"state": state, "wall_time_s": rec["run"]["wall_time_s"]}
+    return out
