@@ -109,7 +109,8 @@ def convert_fashion_mnist(src: Path = FASHION_MNIST_SRC, dst: Path | None = None
         arr = read_idx(Path(src) / fname)
         tmp = dst / f".{key}.npy.tmp"
         dst.mkdir(parents=True, exist_ok=True)
-        np.save(tmp, arr, allow_pickle=False)
+        with open(tmp, "wb") as fh:
+            np.save(fh, arr, allow_pickle=False)
         tmp.replace(dst / f"{key}.npy")
     return dst
 

@@ -25,23 +25,36 @@ _OPS = {
 }
 
 
+_STATS = ("mean", "lower", "upper")
+
+
 @dataclass(frozen=True)
 class Condition:
-    """A threshold condition ``value <op> threshold`` used by verdict rules."""
+    """A threshold condition ``stat <op> value`` used by verdict rules.
+
+    ``of`` picks the statistic compared: ``mean`` (the mean over seeds),
+    ``lower`` (mean minus one standard deviation) or ``upper`` (mean plus one),
+    so a rule can demand that an effect holds across seeds, not only on average.
+    """
 
     op: str
     value: float
+    of: str = "mean"
 
     def __post_init__(self) -> None:
         if self.op not in _OPS:
             raise ValueError(f"unknown operator {self.op!r}; use one of {sorted(_OPS)}")
+        if self.of not in _STATS:
+            raise ValueError(f"unknown statistic {self.of!r}; use one of {_STATS}")
 
-    def holds(self, x: float) -> bool:
-        """Return whether ``x`` satisfies the condition."""
+    def holds(self, mean: float, std: float = 0.0) -> bool:
+        """Return whether the statistic of (``mean``, ``std``) satisfies the condition."""
+        x = {"mean": mean, "lower": mean - std, "upper": mean + std}[self.of]
         return bool(_OPS[self.op](x, self.value))
 
     def __str__(self) -> str:
-        return f"{self.op} {self.value:g}"
+        stat = {"mean": "mean", "lower": "mean − sd", "upper": "mean + sd"}[self.of]
+        return f"{stat} {self.op} {self.value:g}"
 
 
 @dataclass(frozen=True)
@@ -57,22 +70,24 @@ class Claim:
     reproduced: Condition
     direction_only: Condition
 
-    def verdict(self, mean: float) -> str:
-        """Return the verdict for a reproduced mean value.
+    def verdict(self, mean: float, std: float = 0.0) -> str:
+        """Return the verdict for a reproduced value.
 
         Parameters
         ----------
         mean
             The mean of the claim's metric over seeds.
+        std
+            Its standard deviation over seeds.
 
         Returns
         -------
         str
             One of :data:`VERDICTS`.
         """
-        if self.reproduced.holds(mean):
+        if self.reproduced.holds(mean, std):
             return VERDICTS[0]
-        if self.direction_only.holds(mean):
+        if self.direction_only.holds(mean, std):
             return VERDICTS[1]
         return VERDICTS[2]
 

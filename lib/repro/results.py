@@ -79,7 +79,7 @@ class Ledger:
         if not all(math.isfinite(v) for v in vals):
             raise ValueError(f"claim {claim_id!r}: non-finite value in {vals}")
         mean, std = summarise(vals)
-        res = ClaimResult(claim_id, vals, mean, std, len(vals), claim.verdict(mean))
+        res = ClaimResult(claim_id, vals, mean, std, len(vals), claim.verdict(mean, std))
         self.results[claim_id] = res
         return res
 

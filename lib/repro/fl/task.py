@@ -31,6 +31,8 @@ class TaskSpec:
         Dirichlet concentration (``scheme='dirichlet'``).
     hidden
         Hidden widths of the MLP.
+    model
+        ``mlp`` or ``resnet20`` (He et al.'s CIFAR ResNet on the images, for the paper profile).
     n_train
         Training samples drawn from the dataset (``None``: all).
     data_seed
@@ -42,6 +44,7 @@ class TaskSpec:
     scheme: str = "dirichlet"
     alpha: float = 0.1
     hidden: tuple[int, ...] = (64,)
+    model: str = "mlp"
     n_train: int | None = None
     data_seed: int = 0
 
@@ -67,7 +70,14 @@ def build_model(spec: TaskSpec, seed: int) -> torch.nn.Module:
     """The task's model, initialised from ``seed``."""
     ds, _ = load_task_data(spec)
     torch.manual_seed(seed)
-    return models.mlp(ds.num_features, spec.hidden, ds.num_classes)
+    if spec.model == "mlp":
+        return models.mlp(ds.num_features, spec.hidden, ds.num_classes)
+    if spec.model == "resnet20":
+        side = int(round(ds.num_features**0.5))
+        if side * side != ds.num_features:
+            raise ValueError(f"resnet20 needs square single-channel images; {spec.dataset} has {ds.num_features} features")
+        return torch.nn.Sequential(torch.nn.Unflatten(1, (1, side, side)), models.resnet_cifar(20, ds.num_classes, 1))
+    raise ValueError(f"unknown model {spec.model!r}; choose 'mlp' or 'resnet20'")
 
 
 _WORK_MODELS: dict[TaskSpec, torch.nn.Module] = {}

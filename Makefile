@@ -1,0 +1,85 @@
+# ReproBook entry points.  `make book` and `make test` each do their own setup
+# (Debian packages, the pinned venv, the data) and are idempotent.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+MATHJAX := book/_static/mathjax/tex-chtml.js
+MATHJAX_VERSION := 3.2.2
+
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export RAY_TMPDIR := $(CURDIR)/.cache/ray
+export FLWR_HOME := $(CURDIR)/.cache/flwr
+export MPLCONFIGDIR := $(CURDIR)/.cache/matplotlib
+export DVC_NO_ANALYTICS := 1
+export PYTHONDONTWRITEBYTECODE := 1
+export JUPYTER_PLATFORM_DIRS := 1
+
+.PHONY: setup apt venv data dvcyaml run book html test bench lock clean
+
+setup: apt venv $(MATHJAX)
+
+## Debian packages listed in envs/apt.txt, installed only when missing
+apt:
+	@missing=""; for p in $$(grep -v '^#' envs/apt.txt); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+## the pinned CPU environment (envs/cpu.lock) in .venv
+venv: $(STAMP)
+$(STAMP): envs/cpu.lock pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -U 'pip>=26'
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r envs/cpu.lock
+	$(PY) -m pip install -q --no-deps -e .
+	mkdir -p $(RAY_TMPDIR) $(FLWR_HOME) $(MPLCONFIGDIR)
+	touch $@
+
+## MathJax served from the book itself (the book must render offline)
+$(MATHJAX):
+	tmp=$$(mktemp -d); (cd $$tmp && npm pack -q mathjax@$(MATHJAX_VERSION) >/dev/null && tar xzf mathjax-$(MATHJAX_VERSION).tgz); \
+	mkdir -p book/_static/mathjax/output/chtml/fonts; \
+	cp -r $$tmp/package/es5/output/chtml/fonts/woff-v2 book/_static/mathjax/output/chtml/fonts/; \
+	cp $$tmp/package/es5/tex-chtml.js $(MATHJAX); rm -rf $$tmp
+
+## datasets under data/, tracked by data.dvc and pushed to the local remote
+data: setup
+	repro data
+	dvc add -q data
+	dvc push -q data.dvc
+
+## dvc.yaml, regenerated from the chapter registry
+dvcyaml: setup
+	repro dvc
+
+## rerun the chapters whose inputs changed, at the cpu profile
+run: data dvcyaml
+	dvc repro
+
+## the HTML book (build/book/_build/html)
+book: run
+	repro book --profile cpu
+	jupyter-book build book -W -n --keep-going
+	@echo "book: $(CURDIR)/book/_build/html/index.html"
+
+## unit tests, every chapter at the smoke profile, and a -W book build
+test: data dvcyaml
+	python -m pytest -n 2 --dist loadfile -q
+
+## benchmarks, side by side with ratios
+bench: data
+	python bench/run.py
+
+## re-resolve envs/cpu.lock from envs/cpu.in (maintainers)
+lock:
+	tmp=$$(mktemp -d); python3 -m venv $$tmp/v; $$tmp/v/bin/pip install -q -U 'pip>=26'; \
+	$$tmp/v/bin/pip install -q torch==2.13.0; $$tmp/v/bin/pip install -q -r envs/cpu.in; \
+	$$tmp/v/bin/pip freeze --exclude-editable > envs/cpu.lock; rm -rf $$tmp
+
+clean:
+	rm -rf build results book/_build book/chapters book/_toc.yml book/scoreboard.md .cache
