@@ -11,7 +11,6 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("REPRO_ROOT", str(ROOT))
 os.environ.setdefault("RAY_TMPDIR", str(ROOT / ".cache" / "ray"))
 os.environ.setdefault("FLWR_HOME", str(ROOT / ".cache" / "flwr"))
-os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 

@@ -157,6 +157,7 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
         staged_nb = staging / "executed.ipynb"
         values = {**p.values, "profile": p.profile, "output_dir": str(staging)}
         os.environ.setdefault("REPRO_ROOT", str(root))
+        os.environ.pop("MPLBACKEND", None)  # a non-inline backend would drop the figures from the page
         t0 = time.monotonic()
         try:
             pm.execute_notebook(

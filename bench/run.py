@@ -1,0 +1,127 @@
+"""`make bench`: the project's speed targets, measured side by side in one run.
+
+Timings live here and never in unit tests.  Each section prints its numbers
+and the ratio that the target is stated in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("REPRO_ROOT", str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def timed(fn: Callable[[], object], repeat: int = 3) -> float:
+    """Best-of-``repeat`` wall time of ``fn`` in seconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def bench_engines() -> list[tuple[str, float, str]]:
+    """FedAvg: hand-written loop vs Flower on the in-process grid vs Flower on Ray, same clients and seeds."""
+    from repro.fl.client import make_client_app
+    from repro.fl.engine import run_federated
+    from repro.fl.experiments import LocalSGD, central_evaluator, initial_arrays
+    from repro.fl.reference import fedavg_loop
+    from repro.fl.strategies import SeededFedAvg
+    from repro.fl.task import TaskSpec, load_task_data
+
+    spec = TaskSpec(dataset="digits", num_clients=10, alpha=0.5, hidden=(64,))
+    local = LocalSGD(16, 0.05, 0.0).config(10)
+    rounds, active = 5, 10
+    load_task_data(spec)
+
+    def flower(engine: str) -> None:
+        run_federated(SeededFedAvg(active, local, seed=0), make_client_app(spec), spec.num_clients,
+                      initial_arrays(spec, 0), rounds, central_evaluator(spec), [rounds], engine=engine)
+
+    hand = timed(lambda: fedavg_loop(spec, local, rounds, active, seed=0))
+    inproc = timed(lambda: flower("inprocess"))
+    ray = timed(lambda: flower("ray"), repeat=1)
+    return [
+        ("FedAvg, hand-written loop (10 clients x 5 rounds)", hand, "1.00x"),
+        ("FedAvg, Flower in-process grid", inproc, f"{inproc / hand:.2f}x hand loop (target <= 1.2x)"),
+        ("FedAvg, Flower Ray simulation", ray, f"{ray / inproc:.1f}x in-process"),
+    ]
+
+
+def bench_papermill() -> list[tuple[str, float, str]]:
+    """Papermill's fixed cost per chapter: an empty notebook, against the smallest chapter run."""
+    import nbformat
+    import papermill as pm
+
+    with tempfile.TemporaryDirectory() as tmp:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]})]
+        src = Path(tmp) / "empty.ipynb"
+        nbformat.write(nb, src)
+        empty = timed(lambda: pm.execute_notebook(str(src), str(Path(tmp) / "out.ipynb"), kernel_name="python3",
+                                                  progress_bar=False, parameters={"x": 2}), repeat=2)
+        env = {**os.environ, "REPRO_OUTPUT_ROOT": tmp}
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "repro.cli", "run", "fedlama", "--profile", "smoke"], env=env,
+                       check=True, capture_output=True, cwd=ROOT)
+        chapter = time.perf_counter() - t
+    return [
+        ("papermill, empty notebook", empty, "fixed cost per chapter"),
+        ("fedlama at smoke via `repro run`", chapter, f"papermill overhead = {100 * empty / chapter:.0f}% of it"),
+    ]
+
+
+def bench_dvc_noop() -> list[tuple[str, float, str]]:
+    """A no-op `dvc repro` (everything up to date) in a copy of a tiny DVC project."""
+    dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+        run = lambda *a: subprocess.run([dvc, *a], cwd=tmp, env=env, check=True, capture_output=True)  # noqa: E731
+        Path(tmp, "in.txt").write_text("x\n")
+        Path(tmp, "dvc.yaml").write_text("stages:\n  s:\n    cmd: cp in.txt out.txt\n    deps: [in.txt]\n    outs: [out.txt]\n")
+        run("init", "--no-scm", "-q")
+        run("repro", "-q")
+        noop = timed(lambda: run("repro", "-q"))
+    real = None
+    if (ROOT / "dvc.lock").is_file():
+        real = timed(lambda: subprocess.run([dvc, "status", "-q"], cwd=ROOT, env=env, capture_output=True), repeat=2)
+    rows = [("dvc repro, nothing to do (tiny project)", noop, f"{noop / 2.0:.2f}x of the 2 s target")]
+    if real is not None:
+        rows.append(("dvc status on this repo", real, f"{real / 2.0:.2f}x of the 2 s target"))
+    return rows
+
+
+def main() -> int:
+    """Run every benchmark and print one table."""
+    rows: list[tuple[str, float, str]] = []
+    for section in (bench_engines, bench_papermill, bench_dvc_noop):
+        print(f"... {section.__doc__.splitlines()[0]}", file=sys.stderr)
+        rows += section()
+    extra = ROOT / "bench" / "extra"
+    for f in sorted(extra.glob("bench_*.py")) if extra.is_dir() else []:
+        mod = {}
+        exec(compile(f.read_text(), str(f), "exec"), mod)
+        rows += mod["run"]()
+    width = max(len(r[0]) for r in rows)
+    print(f"\n{'benchmark':<{width}}  {'seconds':>9}  ratio")
+    for name, sec, ratio in rows:
+        print(f"{name:<{width}}  {sec:9.3f}  {ratio}")
+    out = ROOT / "bench" / "out"
+    out.mkdir(exist_ok=True)
+    (out / "latest.json").write_text(json.dumps([{"name": n, "seconds": s, "ratio": r} for n, s, r in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
