@@ -42,6 +42,7 @@ $(STAMP): envs/cpu.lock pyproject.toml
 
 ## MathJax served from the book itself (the book must render offline)
 $(MATHJAX):
+	command -v npm >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm)
 	tmp=$$(mktemp -d); (cd $$tmp && npm pack -q mathjax@$(MATHJAX_VERSION) >/dev/null && tar xzf mathjax-$(MATHJAX_VERSION).tgz); \
 	mkdir -p book/_static/mathjax/output/chtml/fonts; \
 	cp -r $$tmp/package/es5/output/chtml/fonts/woff-v2 book/_static/mathjax/output/chtml/fonts/; \

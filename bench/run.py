@@ -6,6 +6,7 @@ and the ratio that the target is stated in.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -67,6 +68,7 @@ def bench_papermill() -> list[tuple[str, float, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         nb = nbformat.v4.new_notebook()
         nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]})]
+        nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
         src = Path(tmp) / "empty.ipynb"
         nbformat.write(nb, src)
         empty = timed(lambda: pm.execute_notebook(str(src), str(Path(tmp) / "out.ipynb"), kernel_name="python3",
@@ -108,11 +110,12 @@ def main() -> int:
     for section in (bench_engines, bench_papermill, bench_dvc_noop):
         print(f"... {section.__doc__.splitlines()[0]}", file=sys.stderr)
         rows += section()
-    extra = ROOT / "bench" / "extra"
-    for f in sorted(extra.glob("bench_*.py")) if extra.is_dir() else []:
-        mod = {}
-        exec(compile(f.read_text(), str(f), "exec"), mod)
-        rows += mod["run"]()
+    for f in sorted((ROOT / "bench").glob("bench_*.py")):  # family benchmarks: each defines run() -> rows
+        spec = importlib.util.spec_from_file_location(f.stem, f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        print(f"... {f.name}", file=sys.stderr)
+        rows += mod.run()
     width = max(len(r[0]) for r in rows)
     print(f"\n{'benchmark':<{width}}  {'seconds':>9}  ratio")
     for name, sec, ratio in rows:
