@@ -101,11 +101,11 @@ class Ledger:
             )
         return rows
 
-    def table(self):  # -> pandas.DataFrame
-        """The claims table as a pandas DataFrame (for display in the notebook)."""
+    def table(self):  # -> pandas.io.formats.style.Styler
+        """The claims table, styled for display in the notebook (full text, no index)."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows())
+        return pd.DataFrame(self.rows()).style.hide(axis="index")
 
     def save(self) -> Path:
         """Write the ledger atomically to ``output_dir/claims.json``; return its path."""

@@ -6,12 +6,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-_LABELS = {"fedavg": "FedAvg($\\tau'$)", "fedavg_long": "FedAvg($\\phi\\tau'$)", "fedlama": "FedLAMA($\\tau'$, $\\phi$)"}
+_LABELS = {"fedavg": "FedAvg(τ′)", "fedavg_long": "FedAvg(φτ′)", "fedlama": "FedLAMA(τ′, φ)"}
 
 
 def method_label(method: str, phi: int) -> str:
-    """Legend label of a method at multiplier ``phi``."""
-    return _LABELS[method].replace("\\phi", str(phi)) if method != "fedavg" else _LABELS[method]
+    """Label of a method at multiplier ``phi``, e.g. ``FedAvg(4τ′)`` (plain text, for legends and tables)."""
+    return _LABELS[method].replace("φ", str(phi))
 
 
 def accuracy_vs_communication(curves: pd.DataFrame, phis: list[int]) -> plt.Figure:
