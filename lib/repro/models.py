@@ -65,7 +65,10 @@ def set_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
     for k, v in weights.items():
         if k not in state:
             raise KeyError(f"model has no parameter {k!r}")
-        state[k].copy_(torch.from_numpy(np.asarray(v)))
+        arr = np.asarray(v)
+        if arr.size != state[k].numel():
+            raise ValueError(f"parameter {k!r}: got {arr.size} values for shape {tuple(state[k].shape)}")
+        state[k].copy_(torch.from_numpy(arr.reshape(state[k].shape)))
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
