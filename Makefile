@@ -31,12 +31,13 @@ apt:
 
 ## the pinned CPU environment (envs/cpu.lock) in .venv
 venv: $(STAMP)
-$(STAMP): envs/cpu.lock pyproject.toml
+$(STAMP): envs/cpu.lock pyproject.toml envs/simgrid-setup.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U 'pip>=26'
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -r envs/cpu.lock
 	$(PY) -m pip install -q --no-deps -e .
+	bash envs/simgrid-setup.sh $(VENV)
 	mkdir -p $(RAY_TMPDIR) $(FLWR_HOME) $(MPLCONFIGDIR)
 	touch $@
 

@@ -1,0 +1,144 @@
+"""Registry of algorithms: name -> schedule builder, closed-form cost, parameters."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from repro.collectives import allreduce as ar
+from repro.collectives import alltoall as a2a
+from repro.collectives import cost as cm
+from repro.collectives.ir import Schedule
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One collective algorithm.
+
+    Attributes
+    ----------
+    name:
+        Registry key.
+    kind:
+        ``"allreduce"`` or ``"alltoall"``.
+    build:
+        ``build(p, n, **params) -> Schedule`` (``n``: vector length, or block
+        length ``m`` for an all-to-all, in elements).
+    cost:
+        ``cost(p, nbytes, alpha, beta, gamma, **params) -> seconds``.
+    params:
+        Names of the extra parameters ``build`` and ``cost`` accept.
+    """
+
+    name: str
+    kind: str
+    build: Callable[..., Schedule]
+    cost: Callable[..., float]
+    params: tuple[str, ...] = ()
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    a.name: a
+    for a in [
+        Algorithm("ring", "allreduce", ar.ring, cm.ring_cost),
+        Algorithm("recursive_doubling", "allreduce", ar.recursive_doubling, cm.recursive_doubling_cost),
+        Algorithm("rabenseifner", "allreduce", ar.rabenseifner, cm.rabenseifner_cost),
+        Algorithm("binomial", "allreduce", ar.binomial, cm.binomial_cost),
+        Algorithm("lr_lr", "allreduce", ar.lr_lr, cm.lr_lr_cost, ("k",)),
+        Algorithm("lr_rab", "allreduce", ar.lr_rab, cm.lr_rab_cost, ("k",)),
+        Algorithm("lr_lr_pipe", "allreduce", ar.lr_lr_pipe, cm.lr_lr_pipe_cost, ("k", "segments")),
+        Algorithm("linear", "alltoall", a2a.linear, cm.linear_a2a_cost),
+        Algorithm("pairwise", "alltoall", a2a.pairwise, cm.pairwise_cost),
+        Algorithm("bruck", "alltoall", a2a.bruck, cm.bruck_cost),
+        Algorithm("two_phase", "alltoall", a2a.two_phase,
+                  lambda p, m, alpha, beta, gamma=0.0, rows=None: cm.two_dim_cost(
+                      p, m, alpha, beta, gamma, rows=rows, striped=False), ("rows",)),
+        Algorithm("2dfc", "alltoall", a2a.two_dim_fc,
+                  lambda p, m, alpha, beta, gamma=0.0, rows=None: cm.two_dim_cost(
+                      p, m, alpha, beta, gamma, rows=rows, striped=True), ("rows",)),
+    ]
+}
+"""All algorithms by name.  Aliases: ``lr`` = ring, ``rdb``, ``rab``."""
+
+ALIASES = {"lr": "ring", "rdb": "recursive_doubling", "rab": "rabenseifner",
+           "halving_doubling": "rabenseifner"}
+
+ALLREDUCE_ALGORITHMS = tuple(n for n, a in ALGORITHMS.items() if a.kind == "allreduce")
+ALLTOALL_ALGORITHMS = tuple(n for n, a in ALGORITHMS.items() if a.kind == "alltoall")
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """Look an algorithm up by name or alias; ``KeyError`` with the known names if absent."""
+    key = ALIASES.get(name, name)
+    if key not in ALGORITHMS:
+        raise KeyError(f"unknown algorithm {name!r}; known: {sorted(ALGORITHMS)}")
+    return ALGORITHMS[key]
+
+
+def default_node_size(p: int) -> int:
+    """Ranks per node for the hierarchical algorithms when none is given.
+
+    The divisor of ``p`` closest to ``sqrt(p)`` (ties: the smaller), but at
+    least 2 whenever ``p`` has a proper divisor; a prime ``p`` gets ``k = 1``
+    (one rank per node).  E.g. 8 -> 2, 16 -> 4, 12 -> 3, 13 -> 1.
+    """
+    divs = [d for d in range(1, p + 1) if p % d == 0]
+    proper = [d for d in divs if 1 < d < p] or [1]
+    return min(proper, key=lambda d: (abs(d - math.sqrt(p)), d))
+
+
+def resolve_params(name: str, p: int, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Fill defaults for an algorithm's parameters (``k`` from :func:`default_node_size`)."""
+    algo = get_algorithm(name)
+    out = {k: v for k, v in (params or {}).items() if k in algo.params}
+    unknown = set(params or {}) - set(algo.params)
+    if unknown:
+        raise ValueError(f"{algo.name} takes {algo.params}, not {sorted(unknown)}")
+    if "k" in algo.params and out.get("k") is None:
+        out["k"] = default_node_size(p)
+    return out
+
+
+def build_schedule(name: str, p: int, n: int, **params: Any) -> Schedule:
+    """Build the schedule of algorithm ``name`` for ``p`` ranks and ``n`` elements."""
+    return get_algorithm(name).build(p, n, **resolve_params(name, p, params))
+
+
+def closed_form_cost(name: str, p: int, nbytes: float, alpha: float, beta: float,
+                     gamma: float = 0.0, **params: Any) -> float:
+    """Closed-form alpha-beta-gamma time (seconds) of algorithm ``name``.
+
+    ``nbytes`` is the allreduce vector size, or the per-pair block size of an
+    all-to-all, in bytes.
+    """
+    return get_algorithm(name).cost(p, nbytes, alpha, beta, gamma, **resolve_params(name, p, params))
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Parse ``"name"`` or ``"name:key=value,key=value"`` (integer values) into (name, params)."""
+    name, _, rest = spec.partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, _, val = item.partition("=")
+        params[key.strip()] = int(val)
+    return get_algorithm(name.strip()).name, params
+
+
+def parameter_grid(name: str, p: int, max_segments: int = 4) -> list[dict[str, Any]]:
+    """Every valid parameterisation of algorithm ``name`` for ``p`` ranks.
+
+    Node sizes ``k`` and grid rows run over all divisors of ``p``; pipeline
+    segments over ``1 .. max_segments``.  Algorithms without parameters give
+    ``[{}]``.
+    """
+    algo = get_algorithm(name)
+    divisors = [d for d in range(1, p + 1) if p % d == 0]
+    grid: list[dict[str, Any]] = [{}]
+    if "k" in algo.params:
+        grid = [{**g, "k": k} for g in grid for k in divisors]
+    if "segments" in algo.params:
+        grid = [{**g, "segments": s} for g in grid for s in range(1, max_segments + 1)]
+    if "rows" in algo.params:
+        grid = [{**g, "rows": r} for g in grid for r in divisors]
+    return grid
