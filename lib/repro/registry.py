@@ -1,6 +1,7 @@
 """The chapter registry: chapters, their parameter schemas and their claims.
 
-The registry is ``registry.yaml`` beside this module.  Everything that lists
+The registry is ``registry.yaml`` beside this module (the families) joined with
+``chapters/<family>.yaml`` (each family's chapters).  Everything that lists
 chapters (``dvc.yaml``, the table of contents, the scoreboard, the tests) reads
 it through :func:`load_registry`.
 """
@@ -15,6 +16,7 @@ from typing import Any
 import yaml
 
 _REGISTRY_FILE = Path(__file__).with_name("registry.yaml")
+_CHAPTERS_DIR = Path(__file__).with_name("chapters")
 
 VERDICTS = ("reproduced", "direction only", "not reproduced at this scale")
 _OPS = {
@@ -111,6 +113,7 @@ class Chapter:
     parameters: dict[str, dict[str, Any]]
     claims: tuple[Claim, ...]
     datasets: tuple[str, ...] = field(default_factory=tuple)
+    source: str = ""
 
     def claim(self, claim_id: str) -> Claim:
         """Return the claim called ``claim_id``."""
@@ -171,7 +174,8 @@ def parse_registry(raw: dict[str, Any]) -> Registry:
     families = dict(raw["families"])
     chapters = []
     seen: set[str] = set()
-    for d in raw["chapters"]:
+    order = {f: i for i, f in enumerate(families)}
+    for d in sorted(raw["chapters"], key=lambda c: order.get(c.get("family"), -1)):
         if d["id"] in seen:
             raise ValueError(f"duplicate chapter id {d['id']!r}")
         seen.add(d["id"])
@@ -191,19 +195,25 @@ def parse_registry(raw: dict[str, Any]) -> Registry:
                 parameters=dict(d.get("parameters", {})),
                 claims=claims,
                 datasets=tuple(d.get("datasets", [])),
+                source=d.get("_source", ""),
             )
         )
     return Registry(families=families, chapters=tuple(chapters))
 
 
-@functools.cache
-def load_registry(path: str | None = None) -> Registry:
-    """Load and parse the registry (cached).
+def registry_files() -> list[Path]:
+    """The files the registry is read from: ``registry.yaml`` and ``chapters/*.yaml``."""
+    return [_REGISTRY_FILE, *sorted(_CHAPTERS_DIR.glob("*.yaml"))]
 
-    Parameters
-    ----------
-    path
-        A registry file to read instead of the packaged one.
-    """
-    p = Path(path) if path else _REGISTRY_FILE
-    return parse_registry(yaml.safe_load(p.read_text()))
+
+@functools.cache
+def load_registry() -> Registry:
+    """Load and parse the registry (cached): the families, then every family's chapter file."""
+    raw = yaml.safe_load(_REGISTRY_FILE.read_text())
+    raw.setdefault("chapters", [])
+    pkg = Path(__file__).parent
+    for f in sorted(_CHAPTERS_DIR.glob("*.yaml")):
+        for d in (yaml.safe_load(f.read_text()) or {}).get("chapters", []) or []:
+            d["_source"] = f"lib/repro/{f.relative_to(pkg).as_posix()}"
+            raw["chapters"].append(d)
+    return parse_registry(raw)

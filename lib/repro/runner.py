@@ -50,7 +50,7 @@ def chapter_inputs(chapter: Chapter, root: Path | None = None) -> list[Path]:
     root = root or repo_root()
     nb = root / chapter.notebook
     mods = deps.chapter_modules(nb, root / "lib")
-    return [nb, *mods, results.env_lock_path(root), root / "lib" / "repro" / "registry.yaml"]
+    return [nb, *mods, results.env_lock_path(root), root / "lib" / "repro" / "registry.yaml", root / chapter.source]
 
 
 def inputs_hash(chapter: Chapter, profile: str, values: dict[str, Any], root: Path | None = None) -> str:
