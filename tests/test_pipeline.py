@@ -40,8 +40,8 @@ def test_registry_entry_is_complete(root, ch):
     assert ch.notebook == f"notebooks/{ch.family}/{ch.id}.ipynb"
     assert (root / ch.params_file).is_file()
     assert ch.claims, "every chapter states the paper's claims"
-    bib = (root / "book" / "references.bib").read_text()
-    assert re.search(r"@\w+\{" + re.escape(ch.bibtex) + ",", bib), f"{ch.bibtex} missing from references.bib"
+    bib = "".join(p.read_text() for p in (root / "book").glob("*.bib"))
+    assert re.search(r"@\w+\{" + re.escape(ch.bibtex) + ",", bib), f"{ch.bibtex} missing from book/*.bib"
     for prof in params.PROFILES:
         params.resolve(ch, prof)  # every profile satisfies the schema
 

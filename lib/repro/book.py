@@ -23,8 +23,8 @@ from repro.paths import executed_notebook, repo_root
 from repro.registry import Chapter, Registry, load_registry
 
 
-def _md_cell(text: str) -> dict[str, Any]:
-    return {"cell_type": "markdown", "metadata": {}, "source": text}
+def _md_cell(text: str, cell_id: str) -> dict[str, Any]:
+    return {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": text}
 
 
 def provenance_markdown(record: dict[str, Any]) -> str:
@@ -57,10 +57,10 @@ def chapter_page(chapter: Chapter, profile: str, root: Path) -> dict[str, Any]:
         title = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
         note = (f"```{{warning}}\nThis chapter has not been run at the `{profile}` profile on this machine yet: "
                 f"run `repro run {chapter.id} --profile {profile}` (or `make book`).\n```\n")
-        return {"cells": [title, _md_cell(note)], "metadata": nb["metadata"], "nbformat": 4, "nbformat_minor": 5}
+        return {"cells": [title, _md_cell(note, "not-run")], "metadata": nb["metadata"], "nbformat": 4, "nbformat_minor": 5}
     nb = json.loads(src.read_text())
     first_md = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown")
-    nb["cells"].insert(first_md + 1, _md_cell(provenance_markdown(record)))
+    nb["cells"].insert(first_md + 1, _md_cell(provenance_markdown(record), "provenance"))
     return nb
 
 

@@ -22,7 +22,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from repro.fl.strategies import SeededFedAvg, discover_partitions
 from repro.paths import cache_dir

@@ -7,12 +7,15 @@ and explain.
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 from flwr.app import ArrayRecord
+from tqdm import tqdm
 
 from repro.fl.client import from_arrayrecord, make_client_app, to_arrayrecord
 from repro.fl.engine import History, run_federated
@@ -72,6 +75,7 @@ def run_method(
     seed: int,
     eval_every: int,
     engine: str = "inprocess",
+    progress: str | None = None,
 ) -> tuple[History, SeededFedAvg]:
     """Run one of FedLAMA's comparison methods for the same total local steps.
 
@@ -90,13 +94,14 @@ def run_method(
         Evaluate every this many rounds of ``tau`` steps.
     engine
         ``inprocess`` or ``ray``.
+    progress
+        Label of a per-round progress bar (``None``: none).
     """
     if rounds % phi:
         raise ValueError(f"rounds ({rounds}) must be a multiple of phi ({phi})")
     app = make_client_app(spec)
     init = initial_arrays(spec, seed)
     ev = central_evaluator(spec)
-    label = f"{method} phi={phi} seed={seed}"
     if method == "fedavg":
         strat: SeededFedAvg = SeededFedAvg(active, sgd.config(tau), seed=seed)
         n, sched = rounds, eval_schedule(rounds, eval_every)
@@ -108,17 +113,35 @@ def run_method(
         n, sched = rounds, eval_schedule(rounds, eval_every, multiple_of=phi)
     else:
         raise ValueError(f"unknown method {method!r}")
-    hist = run_federated(strat, app, spec.num_clients, init, n, ev, sched, engine=engine, progress=label)
+    hist = run_federated(strat, app, spec.num_clients, init, n, ev, sched, engine=engine, progress=progress)
     if method == "fedavg_long":  # report progress in rounds of tau steps, like the others
         hist.rounds = [r * phi for r in hist.rounds]
     return hist, strat
 
 
+def _sweep_job(job: tuple) -> dict:
+    """One run of :func:`fedlama_sweep` (module level, so worker processes can run it)."""
+    method, phi, seed, spec, sgd, tau, rounds, active, eval_every, engine, progress = job
+    hist, strat = run_method(method, spec, sgd, tau, phi, rounds, active, seed, eval_every, engine,
+                             progress=progress)
+    assert strat.comm is not None
+    return {"method": method, "phi": phi, "seed": seed, "accuracy": hist.final_accuracy, "comm": strat.comm.total,
+            "curve": list(zip(hist.rounds, hist.accuracy, hist.comm)),
+            "timeline": strat.timeline if isinstance(strat, FedLAMA) else None}
+
+
 def fedlama_sweep(
     spec: TaskSpec, sgd: LocalSGD, tau: int, phis: list[int], rounds: int, active: int, seeds: list[int],
-    eval_every: int, engine: str = "inprocess",
+    eval_every: int, engine: str = "inprocess", workers: int = 1,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, int], dict[int, dict[str, int]]]]:
     """FedAvg(tau), FedAvg(phi tau) and FedLAMA(tau, phi) for every phi and seed.
+
+    Parameters
+    ----------
+    workers
+        Independent runs to execute at once in separate processes (``spawn``).
+        Every run is seeded on its own, so the results do not depend on it.
+        Ignored (1) with the Ray engine, which parallelises clients itself.
 
     Returns
     -------
@@ -129,19 +152,21 @@ def fedlama_sweep(
     timelines : dict
         ``(phi, seed) -> round -> layer -> interval`` of the FedLAMA runs.
     """
-    rows, curves = [], []
-    timelines: dict[tuple[int, int], dict[int, dict[str, int]]] = {}
-    for seed in seeds:
-        runs = [("fedavg", 1)] + [(m, phi) for phi in phis for m in ("fedavg_long", "fedlama")]
-        for method, phi in runs:
-            hist, strat = run_method(method, spec, sgd, tau, phi, rounds, active, seed, eval_every, engine)
-            assert strat.comm is not None
-            rows.append({"method": method, "phi": phi, "seed": seed, "accuracy": hist.final_accuracy,
-                         "comm": strat.comm.total})
-            curves += [{"method": method, "phi": phi, "seed": seed, "round": r, "accuracy": a, "comm": c}
-                       for r, a, c in zip(hist.rounds, hist.accuracy, hist.comm)]
-            if isinstance(strat, FedLAMA):
-                timelines[(phi, seed)] = strat.timeline
+    runs = [("fedavg", 1)] + [(m, phi) for phi in phis for m in ("fedavg_long", "fedlama")]
+    jobs = [(m, phi, seed, spec, sgd, tau, rounds, active, eval_every, engine, None) for seed in seeds for m, phi in runs]
+    if workers > 1 and engine == "inprocess" and len(jobs) > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = [pool.submit(_sweep_job, j) for j in jobs]
+            for _ in tqdm(as_completed(futures), total=len(futures), desc="runs", leave=False):
+                pass
+            done = [f.result() for f in futures]
+    else:
+        done = [_sweep_job(j[:-1] + (f"{j[0]} phi={j[1]} seed={j[2]}",)) for j in tqdm(jobs, desc="runs", leave=False)]
+    rows = [{k: d[k] for k in ("method", "phi", "seed", "accuracy", "comm")} for d in done]
+    curves = [{"method": d["method"], "phi": d["phi"], "seed": d["seed"], "round": r, "accuracy": a, "comm": c}
+              for d in done for r, a, c in d["curve"]]
+    timelines = {(d["phi"], d["seed"]): d["timeline"] for d in done if d["timeline"] is not None}
     return pd.DataFrame(rows), pd.DataFrame(curves), timelines
 
 
