@@ -1,0 +1,419 @@
+"""Named offline-optimisation methods on an :class:`~repro.offopt.tasks.OfflineTask`.
+
+A method name is ``<optimiser>`` or ``<optimiser>+<regulariser>``:
+
+================  ==========================================================
+``best_offline``  the ``K`` best offline designs (no model)
+``grad_ascent``   gradient ascent on an MLP surrogate (design-baselines "Grad.")
+``cma_es``        CMA-ES on the surrogate (PyPI ``cma``)
+``genetic``       a (mu + lambda) genetic algorithm on the surrogate (``deap``)
+``root``          ROOT: GP-ensemble pairs -> Brownian bridge with CFG
+================  ==========================================================
+
+Regulariser suffixes for the three surrogate optimisers: ``+boss``
+(:class:`~repro.offopt.regularizers.SensitivityRegularizer`), ``+ignite`` and
+``+ignite2`` (:class:`~repro.offopt.regularizers.SharpnessRegularizer`).
+Example: ``"grad_ascent+boss"``.
+
+All optimisation happens in z-space (the offline set's own z-scoring) inside
+the task's box; candidates are returned in raw units.  Defaults are sized for a
+2-core CPU (see :class:`SurrogateConfig`, :class:`SearchConfig`,
+:class:`RootConfig`); the chapter params override them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from repro.offopt._checks import check_choice, check_positive_int, derive_seed
+from repro.offopt.bridge import BridgeSchedule, MLPDenoiser, bridge_sample, train_bridge
+from repro.offopt.gp import build_root_pairs
+from repro.offopt.optimizers import as_numpy_fn, cma_es, genetic_algorithm, gradient_ascent
+from repro.offopt.regularizers import SensitivityRegularizer, SharpnessRegularizer
+from repro.offopt.surrogate import seeded, train_ensemble, train_surrogate
+from repro.offopt.tasks import OfflineTask
+
+OPTIMIZERS = ("best_offline", "grad_ascent", "cma_es", "genetic", "root")
+REGULARIZERS = ("boss", "ignite", "ignite2")
+
+
+@dataclass(frozen=True)
+class SurrogateConfig:
+    """Surrogate training settings (spec: MLP 2x64 smoke / 2x128 full).
+
+    Attributes
+    ----------
+    hidden, loss, epochs, batch_size, lr
+        See :func:`repro.offopt.surrogate.train_surrogate`.
+    ensemble
+        Number of members (1 = a single model; >1 = mean ensemble).
+    """
+
+    hidden: tuple[int, ...] = (64, 64)
+    loss: str = "mse"
+    epochs: int = 50
+    batch_size: int = 128
+    lr: float = 1e-3
+    ensemble: int = 1
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Settings of the three surrogate optimisers.
+
+    Attributes
+    ----------
+    grad_steps, grad_lr
+        Gradient ascent: Adam steps and step size in z-space (spec: 100, 1e-2).
+    cma_starts, cma_popsize, cma_generations, cma_sigma0
+        CMA-ES: runs from the best ``cma_starts`` offline designs, each
+        contributing its ``ceil(K / cma_starts)`` best designs (32 x 4 = 128;
+        design-baselines runs 128 x 1); if that exceeds ``K`` the surrogate's
+        top ``K`` are kept.  Spec: popsize 16, 30 generations.
+    ga_generations, ga_cx_prob, ga_mut_prob, ga_mut_sigma
+        Genetic algorithm, population = the ``K`` best offline designs.
+    """
+
+    grad_steps: int = 100
+    grad_lr: float = 1e-2
+    cma_starts: int = 32
+    cma_popsize: int = 16
+    cma_generations: int = 30
+    cma_sigma0: float = 0.5
+    ga_generations: int = 30
+    ga_cx_prob: float = 0.5
+    ga_mut_prob: float = 0.3
+    ga_mut_sigma: float = 0.2
+
+
+@dataclass(frozen=True)
+class RootConfig:
+    """ROOT settings.  Defaults are CPU-sized; the spec's code values are in brackets.
+
+    Attributes
+    ----------
+    n_functions, n_seeds, gp_steps, gp_lr, threshold, gp_kind
+        GP-ensemble pairs [8, 1024, 100, 1e-3, 1e-3, posterior_mean].
+    gp_max_points
+        Fit the GPs to a random subset of at most this many offline points
+        (``None``: all) [all; a subset only for TF-Bind-10].
+    lengthscale, outputscale, delta, noise
+        GP hyper-parameter centres, perturbation half-width and noise [1, 1, 0.25, 0.01].
+    hidden
+        Denoiser widths [3 x 1024].
+    epochs, batch_size, lr, p_uncond, ema_decay
+        Bridge training [100, 64, 1e-3, 0.15, 0.995].
+    n_timesteps, sample_steps, eta, guidance
+        Bridge schedule and sampler [1000, 200, 0.2, -1.5].
+    target_scale, target_from
+        The sampling target ``y = target_scale * z(y_ref)`` with ``y_ref`` the
+        task's normalisation maximum (``"task_max"``, the code's choice) or the
+        best offline score (``"offline_max"``) [0.8, task_max].
+    faithful_to_code
+        If ``True``, swap the two ``y`` slots at sampling as the ROOT code does
+        (train ``(y_high, y_low)``, sample ``(y_low, y_high)``).
+    """
+
+    n_functions: int = 8
+    n_seeds: int = 256
+    gp_steps: int = 100
+    gp_lr: float = 1e-3
+    threshold: float = 1e-3
+    gp_kind: str = "posterior_mean"
+    gp_max_points: int | None = 1000
+    lengthscale: float = 1.0
+    outputscale: float = 1.0
+    delta: float = 0.25
+    noise: float = 0.01
+    hidden: tuple[int, ...] = (256, 256)
+    epochs: int = 20
+    batch_size: int = 64
+    lr: float = 1e-3
+    p_uncond: float = 0.15
+    ema_decay: float = 0.995
+    n_timesteps: int = 1000
+    sample_steps: int = 100
+    eta: float = 0.2
+    guidance: float = -1.5
+    target_scale: float = 0.8
+    target_from: str = "task_max"
+    faithful_to_code: bool = False
+
+
+@dataclass
+class Proposal:
+    """What a method proposed, with its by-products.
+
+    Attributes
+    ----------
+    method
+        The method name.
+    candidates
+        Raw-unit designs, shape ``(K, d)``.
+    candidates_z
+        The same in z-space.
+    surrogate
+        The trained surrogate (``None`` for ``best_offline`` and ``root``).
+    extras
+        Method-specific logs (regulariser history, number of ROOT pairs, ...).
+    """
+
+    method: str
+    candidates: np.ndarray
+    candidates_z: np.ndarray
+    surrogate: nn.Module | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_method(method: str) -> tuple[str, str | None]:
+    """Split ``"opt+reg"`` into ``("opt", "reg")`` and validate both parts."""
+    opt, _, reg = method.partition("+")
+    check_choice("method", opt, OPTIMIZERS)
+    if reg:
+        check_choice("method", reg, REGULARIZERS)
+        if opt in ("best_offline", "root"):
+            raise ValueError(f"method {method!r}: a regulariser only applies to grad_ascent, cma_es or genetic")
+    return opt, reg or None
+
+
+def _config(cls: type, values: Any) -> Any:
+    if values is None:
+        return cls()
+    if isinstance(values, cls):
+        return values
+    if not isinstance(values, Mapping):
+        raise ValueError(f"expected a {cls.__name__} or a mapping, got {type(values).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; known: {sorted(names)}")
+    vals = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    return replace(cls(), **vals)
+
+
+def make_regularizer(name: str, seed: int = 0, **overrides: Any) -> SensitivityRegularizer | SharpnessRegularizer:
+    """Build a regulariser by name with its paper defaults, overridden by ``overrides``.
+
+    Parameters
+    ----------
+    name
+        ``"boss"``, ``"ignite"`` or ``"ignite2"``.
+    seed
+        Seed (BOSS draws).
+    **overrides
+        Constructor arguments.
+
+    Returns
+    -------
+    SensitivityRegularizer or SharpnessRegularizer
+        The regulariser.
+    """
+    check_choice("name", name, REGULARIZERS)
+    if name == "boss":
+        return SensitivityRegularizer(**{"seed": seed, **overrides})
+    if name == "ignite":
+        return SharpnessRegularizer.ignite(**overrides)
+    return SharpnessRegularizer.ignite2(**overrides)
+
+
+def fit_surrogate(
+    task: OfflineTask,
+    *,
+    seed: int = 0,
+    regularizer: str | None = None,
+    config: SurrogateConfig | Mapping[str, Any] | None = None,
+    regularizer_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[nn.Module, list[Any]]:
+    """Train the surrogate (or mean ensemble) on the task's z-scored offline data.
+
+    Returns
+    -------
+    model, regularizers
+        The surrogate and the regulariser objects used (for their histories).
+    """
+    cfg = _config(SurrogateConfig, config)
+    regs: list[Any] = []
+
+    def reg_factory(i: int) -> Any:
+        if regularizer is None:
+            return None
+        reg = make_regularizer(regularizer, seed=derive_seed(seed, 50, i), **dict(regularizer_kwargs or {}))
+        regs.append(reg)
+        return reg
+
+    common = dict(hidden=cfg.hidden, loss=cfg.loss, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr)
+    if cfg.ensemble > 1:
+        model = train_ensemble(task.x_z, task.y_z, cfg.ensemble, seed=seed, regularizer_factory=reg_factory, **common)
+    else:
+        model = train_surrogate(task.x_z, task.y_z, seed=seed, regularizer=reg_factory(0), **common).model
+    return model, regs
+
+
+def _finish(task: OfflineTask, method: str, cz: np.ndarray, model: nn.Module | None = None, extras: dict[str, Any] | None = None) -> Proposal:
+    """Clip z-space designs to the task's box in raw units and package them."""
+    raw = np.clip(task.from_z(cz), task.lower, task.upper)
+    return Proposal(method, raw, task.to_z(raw), model, extras or {})
+
+
+def _top_z(task: OfflineTask, k: int) -> np.ndarray:
+    return task.to_z(task.best_offline(min(k, task.x.shape[0])))
+
+
+def propose(
+    task: OfflineTask,
+    method: str,
+    *,
+    seed: int = 0,
+    n_candidates: int = 128,
+    surrogate: SurrogateConfig | Mapping[str, Any] | None = None,
+    search: SearchConfig | Mapping[str, Any] | None = None,
+    root: RootConfig | Mapping[str, Any] | None = None,
+    regularizer_kwargs: Mapping[str, Any] | None = None,
+) -> Proposal:
+    """Run a named method on ``task`` and return its ``n_candidates`` designs.
+
+    Parameters
+    ----------
+    task
+        The task.
+    method
+        See the module docstring.
+    seed
+        Seed of everything the method draws.
+    n_candidates
+        ``K`` (Design-Bench: 128).
+    surrogate, search, root
+        Config objects or mappings of overrides.
+    regularizer_kwargs
+        Overrides of the regulariser's defaults.
+
+    Returns
+    -------
+    Proposal
+        The candidates and by-products.
+    """
+    opt, reg = parse_method(method)
+    k = check_positive_int("n_candidates", n_candidates)
+    lo, hi = task.z_lower, task.z_upper
+    if opt == "best_offline":
+        return _finish(task, method, _top_z(task, k))
+    if opt == "root":
+        return _propose_root(task, method, seed=seed, k=k, cfg=_config(RootConfig, root))
+    scfg = _config(SearchConfig, search)
+    model, regs = fit_surrogate(task, seed=seed, regularizer=reg, config=surrogate, regularizer_kwargs=regularizer_kwargs)
+    fn = as_numpy_fn(model)
+    if opt == "grad_ascent":
+        cz = gradient_ascent(model, _top_z(task, k), steps=scfg.grad_steps, lr=scfg.grad_lr, lower=lo, upper=hi)
+    elif opt == "cma_es":
+        starts = _top_z(task, min(scfg.cma_starts, k))
+        cz = cma_es(
+            fn,
+            starts,
+            sigma0=scfg.cma_sigma0,
+            popsize=scfg.cma_popsize,
+            generations=scfg.cma_generations,
+            n_best=int(np.ceil(k / starts.shape[0])),
+            seed=seed,
+            lower=lo,
+            upper=hi,
+        )
+        cz = cz[np.argsort(-fn(cz), kind="stable")[:k]]
+    else:
+        cz = genetic_algorithm(
+            fn,
+            _top_z(task, k),
+            generations=scfg.ga_generations,
+            cx_prob=scfg.ga_cx_prob,
+            mut_prob=scfg.ga_mut_prob,
+            mut_sigma=scfg.ga_mut_sigma,
+            seed=seed,
+            lower=lo,
+            upper=hi,
+        )[:k]
+    extras = {"regularizer_history": [r.history for r in regs]} if regs else {}
+    return _finish(task, method, cz, model, extras)
+
+
+def _propose_root(task: OfflineTask, method: str, *, seed: int, k: int, cfg: RootConfig) -> Proposal:
+    check_choice("target_from", cfg.target_from, ("task_max", "offline_max"))
+    pairs = build_root_pairs(
+        task.x_z,
+        task.y_z,
+        n_functions=cfg.n_functions,
+        n_seeds=cfg.n_seeds,
+        steps=cfg.gp_steps,
+        lr=cfg.gp_lr,
+        threshold=cfg.threshold,
+        kind=cfg.gp_kind,
+        max_points=cfg.gp_max_points,
+        seed=derive_seed(seed, 60),
+        lengthscale=cfg.lengthscale,
+        outputscale=cfg.outputscale,
+        delta_lengthscale=cfg.delta,
+        delta_outputscale=cfg.delta,
+        noise=cfg.noise,
+    )
+    if len(pairs) == 0:
+        raise ValueError("ROOT kept no GP pairs; raise gp_lr or gp_steps, or lower threshold")
+    f32 = torch.float32
+    x_low = torch.as_tensor(pairs.x_low, dtype=f32)
+    x_high = torch.as_tensor(pairs.x_high, dtype=f32)
+    cond = torch.as_tensor(np.stack([pairs.y_high, pairs.y_low], axis=1), dtype=f32)
+    schedule = BridgeSchedule(n_timesteps=cfg.n_timesteps)
+    denoiser = seeded(lambda: MLPDenoiser(task.dim, cond_dim=2, hidden=cfg.hidden, n_timesteps=cfg.n_timesteps), derive_seed(seed, 61))
+    res = train_bridge(
+        denoiser,
+        x_low,
+        x_high,
+        cond,
+        schedule=schedule,
+        epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        p_uncond=cfg.p_uncond,
+        ema_decay=cfg.ema_decay,
+        seed=derive_seed(seed, 62),
+    )
+    order = np.argsort(-task.y, kind="stable")[: min(k, task.x.shape[0])]
+    start_z = task.x_z[order]
+    y_start = task.y_z[order]
+    y_ref = task.y_max if cfg.target_from == "task_max" else float(task.y.max())
+    y_target = cfg.target_scale * float(task.y_scaler.transform(np.array(y_ref)))
+    slots = [np.full_like(y_start, y_target), y_start]
+    if cfg.faithful_to_code:
+        slots = slots[::-1]
+    c = torch.as_tensor(np.stack(slots, axis=1), dtype=f32)
+    out = bridge_sample(
+        res.ema_model,
+        torch.as_tensor(start_z, dtype=f32),
+        c,
+        schedule=schedule,
+        n_steps=cfg.sample_steps,
+        eta=cfg.eta,
+        guidance=cfg.guidance,
+        seed=derive_seed(seed, 63),
+    )
+    extras = {"n_pairs": len(pairs), "bridge_history": res.history, "y_target_z": y_target, "config": asdict(cfg)}
+    return _finish(task, method, out.double().numpy(), None, extras)
+
+
+def run_method(task: OfflineTask, method: str, *, seed: int = 0, n_candidates: int = 128, **kwargs: Any) -> dict[str, Any]:
+    """:func:`propose` then :meth:`OfflineTask.evaluate`; one result row.
+
+    Returns
+    -------
+    dict
+        ``task``, ``method``, ``seed``, ``seconds``, ``p100``, ``p80``, ``p50``,
+        ``best_offline`` and the per-candidate normalised ``scores``.
+    """
+    t0 = time.perf_counter()
+    prop = propose(task, method, seed=seed, n_candidates=n_candidates, **kwargs)
+    seconds = time.perf_counter() - t0
+    ev = task.evaluate(prop.candidates)
+    return {"task": task.name, "method": method, "seed": seed, "seconds": seconds, **ev, "extras": prop.extras}
