@@ -124,3 +124,13 @@ def test_ray_engine_matches_inprocess():
     h_ray = _run(FedLAMA(3, LOCAL, seed=5, phi=2), rounds=4, spec=spec, engine="ray")
     assert h_in.accuracy == h_ray.accuracy and h_in.comm == h_ray.comm
     assert _equal(snapshot(h_in.final_arrays), snapshot(h_ray.final_arrays))
+
+
+def test_sweep_results_do_not_depend_on_worker_processes():
+    from repro.fl.experiments import fedlama_sweep
+
+    spec = TaskSpec(dataset="digits", num_clients=6, alpha=0.5, hidden=(16,))
+    args = dict(sgd=LocalSGD(16, 0.05, 0.0), tau=2, phis=[2], rounds=4, active=3, seeds=[0, 1], eval_every=2)
+    f1, c1, t1 = fedlama_sweep(spec, workers=1, **args)
+    f2, c2, t2 = fedlama_sweep(spec, workers=2, **args)
+    assert f1.equals(f2) and c1.equals(c2) and t1 == t2
