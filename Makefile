@@ -70,7 +70,7 @@ book: run
 	@echo "book: $(CURDIR)/book/_build/html/index.html"
 
 ## unit tests, every chapter at the smoke profile, and a -W book build
-test: data dvcyaml
+test: data
 	python -m pytest -n 2 --dist loadfile -q
 
 ## benchmarks, side by side with ratios

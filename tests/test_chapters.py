@@ -55,6 +55,7 @@ def test_chapter_runs_at_smoke(smoke, ch):
     nb = json.loads((out / "build" / "notebooks" / ch.id / "smoke.ipynb").read_text())
     text = json.dumps(nb)
     assert "start_time" not in text and "end_time" not in text, "no timestamps in what DVC hashes"
+    assert '"name": "stderr"' not in text, "no progress-bar timings in what DVC hashes"
     assert not any(o.get("output_type") == "error" for c in nb["cells"] for o in c.get("outputs", []))
     assert not list((out / "build" / "staging").glob(f"{ch.id}/smoke/*")), "staging cleaned after publishing"
 

@@ -104,13 +104,20 @@ def plan(chapter_id: str, profile: str = params.DEFAULT_PROFILE, overrides: list
 
 
 def strip_volatile(nb: dict[str, Any]) -> dict[str, Any]:
-    """Remove timestamps and durations from an executed notebook (DVC hashes it)."""
+    """Remove timestamps and durations from an executed notebook (DVC hashes it).
+
+    That is papermill's and Jupyter's execution times, and the stderr streams,
+    which hold progress bars with elapsed times and rates (the book hides
+    stderr anyway; a failed run keeps everything in its ``.failed.ipynb``).
+    """
     pm = nb.get("metadata", {}).get("papermill", {})
     for k in _VOLATILE:
         pm.pop(k, None)
     pm.pop("input_path", None)
     pm.pop("output_path", None)
     for cell in nb.get("cells", []):
+        if "outputs" in cell:
+            cell["outputs"] = [o for o in cell["outputs"] if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
         md = cell.get("metadata", {})
         md.pop("execution", None)
         for k in _VOLATILE:
