@@ -146,3 +146,38 @@ def test_killed_run_leaves_no_complete_looking_result(root, out_root):
     assert not (out_root / "results" / "fedlama" / "smoke.run.json").exists()
     assert not (out_root / "build" / "notebooks" / "fedlama" / "smoke.ipynb").exists()
     assert not list((out_root / "results").rglob("*.tmp"))
+
+
+def test_status_fresh_then_stale(root, out_root):
+    """`repro status` compares a run's recorded input fingerprint with the current one."""
+    from repro import runner
+    from repro.atomic import write_json
+
+    ch = REG.get("fedlama")
+    values = params.resolve(ch, "smoke")
+    res = out_root / "results" / ch.id
+    write_json(res / "smoke.json", {"parameters": values, "claims": {}})
+    write_json(res / "smoke.run.json", {"wall_time_s": 9.5, "inputs_hash": runner.inputs_hash(ch, "smoke", values)})
+    st = runner.status(ch)
+    assert st["smoke"] == {"state": "fresh", "wall_time_s": 9.5}
+    assert st["cpu"]["state"] == "never run"
+    write_json(res / "smoke.run.json", {"wall_time_s": 9.5, "inputs_hash": "0000"})
+    assert runner.status(ch)["smoke"]["state"] == "stale"
+    # a run with overridden parameters is not a fresh result of the profile
+    other = {**values, "rounds": values["rounds"] * 2}
+    write_json(res / "smoke.json", {"parameters": other, "claims": {}})
+    write_json(res / "smoke.run.json", {"wall_time_s": 1.0, "inputs_hash": runner.inputs_hash(ch, "smoke", other)})
+    assert runner.status(ch)["smoke"]["state"] == "stale"
+
+
+def test_inputs_hash_tracks_params_and_files(root):
+    from repro import runner
+
+    ch = REG.get("fedlama")
+    v = params.resolve(ch, "smoke")
+    h = runner.inputs_hash(ch, "smoke", v)
+    assert h == runner.inputs_hash(ch, "smoke", dict(v))
+    assert h != runner.inputs_hash(ch, "smoke", {**v, "lr": 0.01})
+    files = {p.relative_to(root).as_posix() for p in runner.chapter_inputs(ch)}
+    assert {"notebooks/federated/fedlama.ipynb", "lib/repro/fl/fedlama.py", "envs/cpu.lock",
+            "lib/repro/chapters/federated.yaml"} <= files
