@@ -18,8 +18,6 @@ Message protocol (all keys optional except ``steps``):
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -131,11 +129,3 @@ def make_client_app(spec: TaskSpec) -> ClientApp:
 
     return app
 
-
-def describe(spec: TaskSpec) -> dict[str, Any]:
-    """Summary of a task's partition: sizes per client."""
-    from repro.fl.task import load_task_data
-
-    _, parts = load_task_data(spec)
-    sizes = np.array([len(p) for p in parts])
-    return {"clients": len(parts), "min": int(sizes.min()), "median": float(np.median(sizes)), "max": int(sizes.max())}

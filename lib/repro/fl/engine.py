@@ -19,7 +19,6 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import Strategy
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from tqdm import tqdm

@@ -17,7 +17,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from repro.fl.client import from_arrayrecord
 from repro.fl.comm import CommLedger
 
 
@@ -85,7 +84,7 @@ class SeededFedAvg(FedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Sample clients and send each the round's arrays and settings."""
-        comm = self._ensure_comm(arrays)
+        self._ensure_comm(arrays)
         pids = self.sample(server_round)
         send, back = self.payload(server_round, arrays)
         cfg = ConfigRecord(dict(config))
@@ -141,7 +140,3 @@ def discover_partitions(grid: Grid, expected: int | None = None, timeout: float 
         raise RuntimeError(f"only {len(out)} of {len(nodes)} nodes answered the partition query")
     return out
 
-
-def weights_of(arrays: ArrayRecord) -> dict[str, np.ndarray]:
-    """Numpy view of an ``ArrayRecord`` (re-exported for strategies)."""
-    return from_arrayrecord(arrays)

@@ -22,7 +22,7 @@ class TaskSpec:
     Parameters
     ----------
     dataset
-        ``digits`` or ``fashion_mnist``.
+        ``digits``, ``fashion_mnist`` or ``doc_topics`` (the offline text task).
     num_clients
         Number of clients the training set is split over.
     scheme
@@ -49,10 +49,23 @@ class TaskSpec:
     data_seed: int = 0
 
 
+FL_DATASETS = ("doc_topics",)
+"""Datasets the federated tasks add to :func:`repro.datasets.load` (see :mod:`repro.fl.textdata`)."""
+
+
+def load_dataset(name: str, n_train: int | None = None, seed: int = 0) -> datasets.Dataset:
+    """Load ``name`` from :func:`repro.datasets.load`, or one of :data:`FL_DATASETS`."""
+    if name == "doc_topics":
+        from repro.fl.textdata import load_doc_topics
+
+        return load_doc_topics(n_train=n_train, seed=seed)
+    return datasets.load(name, n_train=n_train, seed=seed)
+
+
 @functools.lru_cache(maxsize=8)
 def load_task_data(spec: TaskSpec) -> tuple[datasets.Dataset, tuple[np.ndarray, ...]]:
     """The dataset and the client partition of ``spec`` (cached per process)."""
-    ds = datasets.load(spec.dataset, n_train=spec.n_train, seed=spec.data_seed)
+    ds = load_dataset(spec.dataset, n_train=spec.n_train, seed=spec.data_seed)
     parts = partition.partition(ds.y_train, spec.num_clients, spec.scheme, seed=spec.data_seed, alpha=spec.alpha)
     return ds, tuple(parts)
 
