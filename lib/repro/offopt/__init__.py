@@ -23,6 +23,12 @@ bridge
     pluggable denoiser.
 pipeline
     Named methods (``"grad_ascent+boss"``, ``"root"``, ...) run end to end on a task.
+experiments
+    The chapters' drivers: methods x tasks x seeds grids as tidy tables, mean
+    ranks, the main-table miniature and per-seed claim values (import it as
+    ``repro.offopt.experiments``).
+plots
+    The chapters' figures (``repro.offopt.plots``; imports matplotlib).
 """
 
 from repro.offopt.bridge import (

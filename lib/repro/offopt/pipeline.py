@@ -275,6 +275,7 @@ def propose(
     search: SearchConfig | Mapping[str, Any] | None = None,
     root: RootConfig | Mapping[str, Any] | None = None,
     regularizer_kwargs: Mapping[str, Any] | None = None,
+    model: nn.Module | None = None,
 ) -> Proposal:
     """Run a named method on ``task`` and return its ``n_candidates`` designs.
 
@@ -292,6 +293,12 @@ def propose(
         Config objects or mappings of overrides.
     regularizer_kwargs
         Overrides of the regulariser's defaults.
+    model
+        A surrogate already trained for this ``(task, seed, regulariser)``
+        (e.g. by :func:`fit_surrogate` with the same arguments); the
+        optimiser then searches it instead of training a new one, so two
+        optimisers can share one surrogate.  Ignored by ``best_offline`` and
+        ``root``.
 
     Returns
     -------
@@ -306,7 +313,10 @@ def propose(
     if opt == "root":
         return _propose_root(task, method, seed=seed, k=k, cfg=_config(RootConfig, root))
     scfg = _config(SearchConfig, search)
-    model, regs = fit_surrogate(task, seed=seed, regularizer=reg, config=surrogate, regularizer_kwargs=regularizer_kwargs)
+    if model is None:
+        model, regs = fit_surrogate(task, seed=seed, regularizer=reg, config=surrogate, regularizer_kwargs=regularizer_kwargs)
+    else:
+        regs = []
     fn = as_numpy_fn(model)
     if opt == "grad_ascent":
         cz = gradient_ascent(model, _top_z(task, k), steps=scfg.grad_steps, lr=scfg.grad_lr, lower=lo, upper=hi)

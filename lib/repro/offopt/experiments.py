@@ -1,0 +1,556 @@
+"""Experiment drivers of the offline-optimisation chapters (ROOT, BOSS, IGNITE).
+
+One grid runner serves the three chapters: methods x tasks x seeds under the
+Design-Bench protocol, returned as a tidy table (one row per run) plus the
+candidates and their normalised scores.  The helpers below turn that table into
+the chapters' main-table miniatures (mean and spread per task, mean rank) and
+into the per-seed values the results ledger turns into verdicts.
+
+Surrogate sharing: within one ``(task, seed)`` the surrogate of an optimiser
+depends only on the regulariser, so :func:`run_grid` trains it once and lets
+``grad_ascent``, ``cma_es`` and ``genetic`` search the same model (as
+design-baselines does when it reuses a trained model).  The ``seconds`` column
+counts the training time for every method that uses the model.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from repro.offopt._checks import check_choice, check_open_interval, check_positive_int, derive_seed
+from repro.offopt.pipeline import REGULARIZERS, fit_surrogate, parse_method, propose
+from repro.offopt.regularizers import empirical_sensitivity, gradient_norm
+from repro.offopt.tasks import TASK_NAMES, OfflineTask, make_task, mean_rank
+
+DIAGNOSTICS = ("sensitivity", "sharpness")
+"""Surrogate diagnostics :func:`run_grid` can log (see :func:`surrogate_diagnostics`)."""
+
+METRICS = ("p100", "p80", "p50")
+
+SURROGATE_OPTIMIZERS = ("grad_ascent", "cma_es", "genetic")
+"""Optimisers that search a trained surrogate."""
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method of a grid: a display label, a pipeline method name and its overrides.
+
+    Attributes
+    ----------
+    label
+        Name in tables and figures (unique within a grid), e.g. ``"root (F=1)"``.
+    method
+        A :func:`repro.offopt.pipeline.propose` method, e.g. ``"cma_es+boss"``.
+    root
+        Overrides of :class:`~repro.offopt.pipeline.RootConfig` for this method only
+        (merged over the grid's).
+    regularizer_kwargs
+        Overrides of the regulariser's defaults for this method only.
+    """
+
+    label: str
+    method: str
+    root: Mapping[str, Any] = field(default_factory=dict)
+    regularizer_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        parse_method(self.method)
+        if not self.label:
+            raise ValueError("MethodSpec label must be non-empty")
+
+
+def as_method_spec(method: str | MethodSpec) -> MethodSpec:
+    """A :class:`MethodSpec` from a method name (label = name) or a spec."""
+    if isinstance(method, MethodSpec):
+        return method
+    if not isinstance(method, str):
+        raise ValueError(f"methods must be names or MethodSpec objects, got {type(method).__name__}")
+    return MethodSpec(method, method)
+
+
+@dataclass
+class GridResult:
+    """What :func:`run_grid` returns.
+
+    Attributes
+    ----------
+    rows
+        One row per (task, method, seed): ``task, method`` (the label),
+        ``optimizer, regularizer`` (``"none"`` if vanilla), ``seed, p100, p80,
+        p50, best_offline, seconds`` and, where logged, the surrogate diagnostics
+        ``sensitivity_offline``, ``sensitivity_unseen``, ``sharpness_offline``,
+        ``sharpness_unseen`` (NaN for methods without a surrogate).
+    scores
+        ``(task, method, seed) -> `` normalised scores of the ``K`` candidates.
+    candidates_z
+        ``(task, method, seed) -> `` the candidates in the task's z-space.
+    tasks
+        The tasks by name.
+    methods
+        The method labels in grid order.
+    """
+
+    rows: pd.DataFrame
+    scores: dict[tuple[str, str, int], np.ndarray]
+    candidates_z: dict[tuple[str, str, int], np.ndarray]
+    tasks: dict[str, OfflineTask]
+    methods: list[str]
+
+
+def build_tasks(names: Sequence[str], dim: int, *, n: int = 2000, q: float = 50.0, seed: int = 0, n_ref: int = 20_000) -> list[OfflineTask]:
+    """Build the chapters' tasks (the same pool seed for all of them).
+
+    Parameters
+    ----------
+    names
+        Task names accepted by :func:`repro.offopt.tasks.make_task`.
+    dim
+        Design dimension of the synthetic tasks.
+    n, q, seed, n_ref
+        Pool size, kept percentage, pool seed and reference draws.
+
+    Returns
+    -------
+    list of OfflineTask
+        In the order of ``names``.
+    """
+    if not names:
+        raise ValueError("tasks must name at least one task")
+    for name in names:
+        check_choice("tasks", name, TASK_NAMES)
+    if len(set(names)) != len(names):
+        raise ValueError(f"tasks must not repeat, got {list(names)}")
+    check_positive_int("dim", dim)
+    return [make_task(name, dim, n=n, q=q, seed=seed, n_ref=n_ref) for name in names]
+
+
+def unseen_designs(task: OfflineTask, fraction: float = 0.1) -> np.ndarray:
+    """The best ``fraction`` of the task's whole pool, all from its hidden part (raw units).
+
+    These designs lie beyond the offline data (they score higher than every
+    offline design); the chapters measure surrogate diagnostics there.
+
+    Parameters
+    ----------
+    task
+        The task.
+    fraction
+        Share of the pool, in ``(0, 1)``; at most the hidden part is returned.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(m, d)``, best first.
+    """
+    fraction = check_open_interval("fraction", fraction, 0.0, 1.0)
+    pool = task.x.shape[0] + task.x_hidden.shape[0]
+    m = max(1, min(task.x_hidden.shape[0], int(round(fraction * pool))))
+    order = np.argsort(-task.y_hidden, kind="stable")[:m]
+    return task.x_hidden[order]
+
+
+def surrogate_diagnostics(
+    model: torch.nn.Module,
+    task: OfflineTask,
+    which: Sequence[str],
+    *,
+    seed: int = 0,
+    unseen_fraction: float = 0.1,
+    sensitivity_kwargs: Mapping[str, Any] | None = None,
+) -> dict[str, float]:
+    """Sensitivity (BOSS) and/or sharpness (IGNITE) of a trained surrogate.
+
+    Both are measured on the offline set ("offline") and on the unseen top
+    designs of :func:`unseen_designs` ("unseen"), in z-space.
+
+    * ``sensitivity``: :func:`repro.offopt.regularizers.empirical_sensitivity`,
+      the Monte-Carlo fraction of parameter shifts ``gamma * 1`` that move the
+      mean prediction by more than ``alpha`` times its size (true perturbed
+      forward passes).
+    * ``sharpness``: :func:`repro.offopt.regularizers.gradient_norm`,
+      ``||grad_beta G_B||`` with ``G_B`` the mean prediction (IGNITE's proxy
+      without the ``rho``).
+
+    Parameters
+    ----------
+    model
+        The surrogate.
+    task
+        Its task.
+    which
+        Subset of :data:`DIAGNOSTICS`.
+    seed
+        Seed of the sensitivity draws.
+    unseen_fraction
+        See :func:`unseen_designs`.
+    sensitivity_kwargs
+        Overrides of ``empirical_sensitivity`` (``alpha``, ``sigma``, ``n_gamma``).
+
+    Returns
+    -------
+    dict
+        ``{"<diag>_offline": ..., "<diag>_unseen": ...}`` for each requested diagnostic.
+    """
+    for w in which:
+        check_choice("diagnostics", w, DIAGNOSTICS)
+    dtype = next(model.parameters()).dtype
+    sets = {
+        "offline": torch.as_tensor(task.x_z, dtype=dtype),
+        "unseen": torch.as_tensor(task.to_z(unseen_designs(task, unseen_fraction)), dtype=dtype),
+    }
+    out: dict[str, float] = {}
+    for w in which:
+        for where, x in sets.items():
+            if w == "sensitivity":
+                out[f"{w}_{where}"] = empirical_sensitivity(model, x, seed=seed, **dict(sensitivity_kwargs or {}))
+            else:
+                out[f"{w}_{where}"] = gradient_norm(model, x)
+    return out
+
+
+def _merge(base: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[str, Any]:
+    return {**dict(base or {}), **dict(extra)}
+
+
+def run_grid(
+    tasks: Sequence[OfflineTask],
+    methods: Sequence[str | MethodSpec],
+    seeds: Sequence[int],
+    *,
+    n_candidates: int = 128,
+    surrogate: Mapping[str, Any] | None = None,
+    search: Mapping[str, Any] | None = None,
+    root: Mapping[str, Any] | None = None,
+    regularizer_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    diagnostics: Sequence[str] = (),
+    sensitivity_kwargs: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> GridResult:
+    """Run every method on every task for every seed and score the candidates.
+
+    Parameters
+    ----------
+    tasks
+        The tasks (distinct names).
+    methods
+        Method names or :class:`MethodSpec` objects (distinct labels).
+    seeds
+        Run seeds (distinct).  A run's seed seeds its surrogate, search and ROOT
+        model, so a row is a pure function of ``(task, method, seed)`` and the
+        settings.
+    n_candidates
+        ``K``.
+    surrogate, search, root
+        Overrides of the pipeline's config objects, shared by all methods.
+    regularizer_kwargs
+        Per regulariser name (``"boss"``, ``"ignite"``, ``"ignite2"``), overrides
+        of its defaults.
+    diagnostics
+        Subset of :data:`DIAGNOSTICS` logged for every trained surrogate.
+    sensitivity_kwargs
+        Passed to :func:`surrogate_diagnostics`.
+    progress
+        Show a progress bar.
+
+    Returns
+    -------
+    GridResult
+        Rows, candidate scores and candidates.
+    """
+    specs = [as_method_spec(m) for m in methods]
+    labels = [s.label for s in specs]
+    if not specs:
+        raise ValueError("methods must hold at least one method")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"method labels must be distinct, got {labels}")
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty list of distinct integers, got {seeds}")
+    names = [t.name for t in tasks]
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"tasks must be a non-empty list with distinct names, got {names}")
+    for d in diagnostics:
+        check_choice("diagnostics", d, DIAGNOSTICS)
+    reg_kw = {k: dict(v) for k, v in (regularizer_kwargs or {}).items()}
+    for name in reg_kw:
+        check_choice("regularizer_kwargs", name, REGULARIZERS)
+    rows: list[dict[str, Any]] = []
+    scores: dict[tuple[str, str, int], np.ndarray] = {}
+    cands: dict[tuple[str, str, int], np.ndarray] = {}
+    bar = tqdm(total=len(tasks) * len(seeds) * len(specs), desc="runs", disable=not progress)
+    for task in tasks:
+        for seed in seeds:
+            models: dict[tuple[str | None, str], tuple[torch.nn.Module, float, dict[str, float]]] = {}
+            for spec in specs:
+                opt, reg = parse_method(spec.method)
+                rkw = _merge(reg_kw.get(reg or "", {}), spec.regularizer_kwargs)
+                t0 = time.perf_counter()
+                model = None
+                diag: dict[str, float] = {}
+                train_s = 0.0
+                if opt in SURROGATE_OPTIMIZERS:
+                    key = (reg, repr(sorted(rkw.items())))
+                    if key not in models:
+                        m, _ = fit_surrogate(task, seed=seed, regularizer=reg, config=surrogate, regularizer_kwargs=rkw)
+                        trained = time.perf_counter() - t0
+                        d = surrogate_diagnostics(m, task, diagnostics, seed=derive_seed(seed, 90), sensitivity_kwargs=sensitivity_kwargs) if diagnostics else {}
+                        models[key] = (m, trained, d)
+                    model, train_s, diag = models[key]
+                t1 = time.perf_counter()
+                prop = propose(
+                    task, spec.method, seed=seed, n_candidates=n_candidates, surrogate=surrogate, search=search,
+                    root=_merge(root, spec.root), regularizer_kwargs=rkw, model=model,
+                )
+                seconds = train_s + time.perf_counter() - t1
+                ev = task.evaluate(prop.candidates)
+                scores[(task.name, spec.label, seed)] = ev["scores"]
+                cands[(task.name, spec.label, seed)] = prop.candidates_z
+                row = {"task": task.name, "method": spec.label, "optimizer": opt, "regularizer": reg or "none", "seed": seed, "p100": ev["p100"], "p80": ev["p80"], "p50": ev["p50"],
+                       "best_offline": ev["best_offline"], "seconds": seconds}
+                for name in DIAGNOSTICS:
+                    if name in diagnostics:
+                        row[f"{name}_offline"] = diag.get(f"{name}_offline", np.nan)
+                        row[f"{name}_unseen"] = diag.get(f"{name}_unseen", np.nan)
+                rows.append(row)
+                bar.update(1)
+    bar.close()
+    return GridResult(pd.DataFrame(rows), scores, cands, {t.name: t for t in tasks}, labels)
+
+
+def _check_metric(metric: str) -> str:
+    return check_choice("metric", metric, METRICS)
+
+
+def mean_table(rows: pd.DataFrame, metric: str = "p100") -> pd.DataFrame:
+    """Mean over seeds of ``metric``: methods as rows (grid order), tasks as columns (grid order)."""
+    _check_metric(metric)
+    g = rows.groupby(["method", "task"], sort=False)[metric].mean().unstack("task")
+    return g.loc[list(dict.fromkeys(rows.method)), list(dict.fromkeys(rows.task))]
+
+
+def mean_rank_by_seed(rows: pd.DataFrame, metric: str = "p100") -> pd.DataFrame:
+    """Each seed's mean rank of every method across tasks (1 = best; ties averaged).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index: seed; columns: methods in grid order.
+    """
+    _check_metric(metric)
+    methods = list(dict.fromkeys(rows.method))
+    out = {}
+    for seed, sub in rows.groupby("seed", sort=True):
+        table = sub.pivot(index="method", columns="task", values=metric)
+        out[seed] = mean_rank(table).reindex(methods)
+    df = pd.DataFrame(out).T
+    df.index.name = "seed"
+    return df
+
+
+def score_table(rows: pd.DataFrame, metric: str = "p100") -> pd.DataFrame:
+    """The main-table miniature: ``mean ± sd`` over seeds per task, then the mean rank.
+
+    The mean rank is computed per seed (across tasks) and then averaged over
+    seeds, ``mean ± sd``; the best offline design's score heads the table's
+    ``best offline`` row when ``best_offline`` is not itself a method.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Rows: methods; columns: tasks and ``mean rank``; cells are strings.
+    """
+    _check_metric(metric)
+    mean = mean_table(rows, metric)
+    sd = rows.groupby(["method", "task"], sort=False)[metric].std(ddof=1).unstack("task").reindex_like(mean).fillna(0.0)
+    out = pd.DataFrame(index=mean.index)
+    for task in mean.columns:
+        out[task] = [f"{m:.3f} ± {s:.3f}" for m, s in zip(mean[task], sd[task])]
+    ranks = mean_rank_by_seed(rows, metric)
+    r_sd = ranks.std(ddof=1).fillna(0.0) if len(ranks) > 1 else ranks.mean() * 0.0
+    out["mean rank"] = [f"{ranks[m].mean():.2f} ± {r_sd[m]:.2f}" for m in mean.index]
+    out.index.name = "method"
+    return out
+
+
+def paired_gains(rows: pd.DataFrame, regularizer: str, metric: str = "p100") -> pd.DataFrame:
+    """Regularised against vanilla, per (task, base optimiser, seed).
+
+    A pair is a base method ``b`` and ``b+<regularizer>`` present in the grid.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``task, base, seed, vanilla, regularised, gain`` (``gain`` =
+        regularised - vanilla, normalised-score units) and ``rel_gain_pct``
+        (``100 * gain / |vanilla|``).
+    """
+    _check_metric(metric)
+    methods = set(rows.method)
+    bases = [m for m in dict.fromkeys(rows.method) if f"{m}+{regularizer}" in methods]
+    if not bases:
+        raise ValueError(f"no (base, base+{regularizer}) method pair in the grid; methods: {sorted(methods)}")
+    out = []
+    idx = rows.set_index(["task", "method", "seed"])[metric]
+    for task in dict.fromkeys(rows.task):
+        for base in bases:
+            for seed in sorted(set(rows.seed)):
+                v, r = float(idx[(task, base, seed)]), float(idx[(task, f"{base}+{regularizer}", seed)])
+                out.append({"task": task, "base": base, "seed": seed, "vanilla": v, "regularised": r, "gain": r - v,
+                            "rel_gain_pct": 100.0 * (r - v) / max(abs(v), 1e-12)})
+    return pd.DataFrame(out)
+
+
+def regulariser_claims(rows: pd.DataFrame, regularizer: str, metric: str = "p100") -> dict[str, list[float]]:
+    """Per-seed values of "the regulariser improves the base optimisers".
+
+    Returns
+    -------
+    dict
+        ``frac_improved``: share of (task, base) pairs whose ``metric`` rose;
+        ``mean_gain_points``: mean gain over pairs, in points (100 x normalised
+        score); ``max_rel_gain_pct``: the largest relative gain over pairs, percent.
+        One value per seed, seeds ascending.
+    """
+    g = paired_gains(rows, regularizer, metric)
+    by = g.groupby("seed", sort=True)
+    return {
+        "frac_improved": [float((s.gain > 0).mean()) for _, s in by],
+        "mean_gain_points": [float(100.0 * s.gain.mean()) for _, s in by],
+        "max_rel_gain_pct": [float(s.rel_gain_pct.max()) for _, s in by],
+    }
+
+
+def diagnostic_reduction(rows: pd.DataFrame, regularizer: str, column: str) -> list[float]:
+    """Per seed, the percent reduction of a surrogate diagnostic by the regulariser.
+
+    The diagnostic (e.g. ``"sharpness_unseen"``) is averaged over tasks for the
+    vanilla surrogate and for the regularised one (each surrogate counted once,
+    whichever optimisers searched it); the value is ``100 * (1 - reg / vanilla)``.
+    """
+    if column not in rows.columns:
+        raise ValueError(f"column {column!r} was not logged; run the grid with the matching diagnostics")
+    sur = rows[rows.optimizer.isin(SURROGATE_OPTIMIZERS)]
+    per = sur.groupby(["seed", "task", "regularizer"], sort=True)[column].first().unstack("regularizer")
+    if "none" not in per or regularizer not in per:
+        raise ValueError(f"need vanilla and +{regularizer} surrogates in the grid")
+    means = per.groupby("seed").mean()
+    return [float(100.0 * (1.0 - r / v)) for v, r in zip(means["none"], means[regularizer])]
+
+
+def root_claims(
+    rows: pd.DataFrame,
+    method: str = "root",
+    baseline: str = "grad_ascent",
+    metric: str = "p100",
+    compare: Sequence[str] | None = None,
+) -> dict[str, list[float]]:
+    """Per-seed values of the ROOT chapter's claims.
+
+    Parameters
+    ----------
+    rows
+        Grid rows.
+    method
+        ROOT's label.
+    baseline
+        The surrogate baseline of the third claim.
+    metric
+        Score percentile.
+    compare
+        The methods ROOT is ranked against (default: every other label in the
+        grid); pass the baselines to keep ROOT's own ablations out of the ranking.
+
+    Returns
+    -------
+    dict
+        ``rank_gap_vs_best_other``: ROOT's mean rank minus the best mean rank
+        among ``compare`` (<= 0: ROOT ranks first);
+        ``frac_tasks_beyond_offline``: share of tasks where ROOT's ``metric``
+        exceeds the best offline design's score;
+        ``gain_vs_baseline_points``: ROOT minus ``baseline``, mean over tasks, points.
+    """
+    labels = set(rows.method)
+    compare = [m for m in (compare if compare is not None else dict.fromkeys(rows.method)) if m != method]
+    for m in (method, baseline, *compare):
+        if m not in labels:
+            raise ValueError(f"method {m!r} is not in the grid")
+    if not compare:
+        raise ValueError("ROOT needs at least one method to be ranked against")
+    ranks = mean_rank_by_seed(rows[rows.method.isin([method, *compare])], metric)
+    r = rows[rows.method == method].set_index(["seed", "task"])
+    b = rows[rows.method == baseline].set_index(["seed", "task"])[metric]
+    seeds = sorted(set(rows.seed))
+    return {
+        "rank_gap_vs_best_other": [float(ranks.loc[s, method] - ranks.loc[s, compare].min()) for s in seeds],
+        "frac_tasks_beyond_offline": [float((r.loc[s, metric] > r.loc[s, "best_offline"]).mean()) for s in seeds],
+        "gain_vs_baseline_points": [float(100.0 * (r.loc[s, metric] - b.loc[s]).mean()) for s in seeds],
+    }
+
+
+def regularised_methods(optimizers: Sequence[str], regularizers: Sequence[str]) -> list[str]:
+    """Method names ``opt, opt+reg1, opt+reg2, ...`` for each base optimiser, in order.
+
+    Parameters
+    ----------
+    optimizers
+        Surrogate optimisers (``grad_ascent``, ``cma_es``, ``genetic``).
+    regularizers
+        Regulariser names (``boss``, ``ignite``, ``ignite2``).
+
+    Returns
+    -------
+    list of str
+        Validated method names.
+    """
+    if not optimizers or not regularizers:
+        raise ValueError("optimizers and regularizers must both be non-empty")
+    out = []
+    for opt in optimizers:
+        check_choice("optimizers", opt, SURROGATE_OPTIMIZERS)
+        out.append(opt)
+        for reg in regularizers:
+            out.append(f"{opt}+{reg}")
+            parse_method(out[-1])
+    if len(set(out)) != len(out):
+        raise ValueError(f"optimizers and regularizers must not repeat, got {list(optimizers)} and {list(regularizers)}")
+    return out
+
+
+def with_labels(methods: Iterable[str], labels: Mapping[str, str]) -> list[str]:
+    """Display names for method labels (unknown ones unchanged)."""
+    return [labels.get(m, m) for m in methods]
+
+
+def task_summary(tasks: Sequence[OfflineTask]) -> pd.DataFrame:
+    """One row per task: dimension, offline and hidden sizes, and the best offline design's normalised score.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``task, dim, offline designs, hidden designs, best offline (normalised), y range``.
+    """
+    return pd.DataFrame([
+        {"task": t.name, "dim": t.dim, "offline designs": t.x.shape[0], "hidden designs": t.x_hidden.shape[0],
+         "best offline (normalised)": round(float(t.normalise(t.y.max())), 3),
+         "y range": f"[{t.y_min:.3g}, {t.y_max:.3g}]"}
+        for t in tasks
+    ])
+
+
+def best_by_task(rows: pd.DataFrame, metric: str = "p100") -> pd.Series:
+    """The method with the highest mean ``metric`` over seeds on each task (first in grid order on ties).
+
+    Returns
+    -------
+    pandas.Series
+        Index: tasks in grid order; values: method labels.
+    """
+    mean = mean_table(rows, metric)
+    return pd.Series({task: mean[task].idxmax() for task in mean.columns}, name=f"best {metric}")
