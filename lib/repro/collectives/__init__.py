@@ -10,7 +10,12 @@ buffer cut into blocks of uneven lengths) and is then
 * costed under the alpha-beta-gamma model (:func:`schedule_cost`), next to
   each algorithm's closed form (:func:`closed_form_cost`),
 * simulated on a network with SimGrid (:func:`simulate`, platforms from
-  :mod:`repro.collectives.platforms`; needs ``envs/simgrid-setup.sh``).
+  :mod:`repro.collectives.platforms`; needs ``envs/simgrid-setup.sh``),
+* costed on a platform's routes with link sharing
+  (:func:`repro.collectives.congestion.congestion_cost`).
+
+The chapters' sweeps, closed forms and claims live in
+:mod:`repro.collectives.experiments`, their figures in :mod:`repro.collectives.plots`.
 
 Algorithms (``ALGORITHMS``): allreduce ``ring``, ``recursive_doubling``,
 ``rabenseifner``, ``binomial``, ``lr_lr``, ``lr_rab``, ``lr_lr_pipe``;
@@ -46,7 +51,8 @@ from repro.collectives.ir import (
 )
 from repro.collectives.launcher import MPIRunError, find_mpiexec, run_mpi
 from repro.collectives.mpi_exec import execute_mpi
-from repro.collectives.platforms import Platform, fat_tree, fully_connected, kautz, two_dim_fc
+from repro.collectives.platforms import (Platform, distributed_loop, fat_tree, fully_connected, gpu_cluster, kautz,
+                                        two_dim_fc)
 from repro.collectives.reference import execute_reference, expected_output
 from repro.collectives.simgrid_exec import SimResult, simgrid_available, simulate
 
@@ -56,6 +62,6 @@ __all__ = [
     "default_node_size", "execute_mpi", "execute_reference", "expected_output", "find_mpiexec",
     "get_algorithm", "grid_shape", "parameter_grid", "link_bytes", "messages", "parse_spec", "run_mpi",
     "schedule_cost", "split_lengths", "total_link_bytes", "validate",
-    "Platform", "SimResult", "fat_tree", "fully_connected", "kautz", "simgrid_available", "simulate",
-    "two_dim_fc",
+    "Platform", "SimResult", "distributed_loop", "fat_tree", "fully_connected", "gpu_cluster", "kautz",
+    "simgrid_available", "simulate", "two_dim_fc",
 ]

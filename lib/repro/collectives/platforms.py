@@ -10,7 +10,10 @@ which changed between 3.32 and 4.x).  Nothing here imports SimGrid.
 Builders: :func:`fully_connected`, :func:`two_dim_fc` (``R x C`` 2dfc / 2D
 HyperX without switches, dimension-ordered 2-hop routes), :func:`kautz`
 (``K(d, 2)``, ``d(d+1)`` nodes, unique 1- or 2-hop routes) and
-:func:`fat_tree` (two levels, static D-mod-k up-routing).
+:func:`fat_tree` (two levels, static D-mod-k up-routing), :func:`gpu_cluster`
+(NVLink inside a node, PCIe switches and InfiniBand adapters between nodes)
+and :func:`distributed_loop` (a circulant of switches with chords ``+-2^j``,
+optionally with parallel chord links).
 """
 
 from __future__ import annotations
@@ -198,4 +201,128 @@ def fat_tree(p: int, hosts_per_leaf: int, spines: int, bandwidth: float, latency
             s = j % spines
             pf.routes[(i, j)] = (up, pf.add_link(f"L{leaf(i)}->S{s}", up_bw, latency),
                                  pf.add_link(f"S{s}->L{leaf(j)}", up_bw, latency), down)
+    return pf
+
+
+def gpu_cluster(nodes: int, gpus_per_node: int, *, nvlink_bandwidth: float = 50e9,
+                nvlink_latency: float = 1e-6, pcie_bandwidth: float = 16e9, pcie_latency: float = 5e-7,
+                nic_bandwidth: float = 12.5e9, nic_latency: float = 5e-7, nics_per_node: int = 2,
+                switch_latency: float = 1e-7, switch_hops: int = 3) -> Platform:
+    """GPU cluster: NVLink inside a node, PCIe switches and InfiniBand between nodes.
+
+    Host ``g{m}_{l}`` is GPU ``l`` of node ``m`` (rank ``m*k + l``).  Inside a
+    node every ordered GPU pair has its own NVLink link.  Between nodes a
+    message goes GPU -> PCIe switch (a per-GPU link of ``pcie_bandwidth``),
+    the switch's NIC uplink (``nic_bandwidth``, shared by the
+    ``k / nics_per_node`` GPUs behind that switch), a non-blocking
+    (full-bisection) InfiniBand fabric of ``switch_hops`` switches of
+    ``switch_latency`` each (modelled as one latency-only FATPIPE link), and
+    the mirror path down to the destination GPU.  GPU ``l`` sits behind PCIe
+    switch ``l // (k / nics_per_node)``.
+
+    The defaults are the TSUBAME3-like constants of the authors' platform
+    generator as summarised in spec ``multileader-allreduce`` (NVLink 50 GB/s,
+    PCIe switch 16 GB/s, 100 Gb/s InfiniBand, 100 ns per switch, 4 GPUs and 2
+    PLX switches per node); the link latencies are our assumption.
+    """
+    if nodes < 1 or gpus_per_node < 1:
+        raise ValueError(f"nodes and gpus_per_node must be >= 1, got {nodes}, {gpus_per_node}")
+    if nics_per_node < 1 or gpus_per_node % nics_per_node:
+        raise ValueError(f"nics_per_node={nics_per_node} must divide gpus_per_node={gpus_per_node}")
+    k, per_nic = gpus_per_node, gpus_per_node // nics_per_node
+    pf = Platform(f"gpu{nodes}x{k}", [f"g{m}_{l}" for m in range(nodes) for l in range(k)])
+    fabric = pf.add_link("ib_fabric", 1e15, switch_hops * switch_latency, "FATPIPE")
+    for i, j in itertools.permutations(range(nodes * k), 2):
+        (mi, li), (mj, lj) = divmod(i, k), divmod(j, k)
+        if mi == mj:
+            pf.routes[(i, j)] = (pf.add_link(f"nvl{mi}_{li}->{lj}", nvlink_bandwidth, nvlink_latency),)
+            continue
+        si, sj = li // per_nic, lj // per_nic
+        pf.routes[(i, j)] = (
+            pf.add_link(f"pcie{mi}_{li}_up", pcie_bandwidth, pcie_latency),
+            pf.add_link(f"nic{mi}_{si}_up", nic_bandwidth, nic_latency),
+            fabric,
+            pf.add_link(f"nic{mj}_{sj}_down", nic_bandwidth, nic_latency),
+            pf.add_link(f"pcie{mj}_{lj}_down", pcie_bandwidth, pcie_latency),
+        )
+    return pf
+
+
+def loop_offsets(switches: int) -> list[int]:
+    """Chord offsets ``2^j < switches`` of the distributed loop network on ``switches`` switches."""
+    if switches < 1:
+        raise ValueError(f"switches must be >= 1, got {switches}")
+    return [1 << j for j in range(max(switches - 1, 0).bit_length()) if (1 << j) < switches]
+
+
+def _loop_path(src: int, dst: int, switches: int) -> list[int]:
+    """Signed chord offsets taking switch ``src`` to ``dst`` in the power-of-two circulant.
+
+    One hop when ``dst - src`` is ``+-2^j`` modulo ``switches`` (every
+    halving-doubling partner is); otherwise the shortest signed binary
+    decomposition (non-adjacent form), ties broken towards fewer hops then
+    positive offsets.
+    """
+    d = (dst - src) % switches
+    if d == 0:
+        return []
+    offs = loop_offsets(switches)
+    for o in offs:
+        if d == o:
+            return [o]
+        if d == switches - o:
+            return [-o]
+    # The non-adjacent form of the shorter signed distance: fewest signed powers of two.
+    x = d if d <= switches - d else d - switches
+    hops, v, bit = [], x, 1
+    while v:
+        if v & 1:
+            digit = 2 - (v % 4)
+            v -= digit
+            hops.append(digit * bit)
+        v >>= 1
+        bit <<= 1
+    if sum(hops) % switches != d:
+        raise AssertionError(f"loop path {src}->{dst} on {switches} switches: {hops}")
+    return hops
+
+
+def distributed_loop(switches: int, hosts_per_switch: int, bandwidth: float, latency: float, *,
+                     chord_copies: int | None = None, switch_latency: float = 1e-7) -> Platform:
+    """Distributed loop network (DLN) variant: a circulant of switches with chords ``+-2^j``.
+
+    Switch ``s`` links to ``s +- 2^j (mod S)`` for every ``2^j < S``; host
+    ``a`` of switch ``s`` is rank ``s*p + a`` (``p = hosts_per_switch``) and
+    has an up and a down link to its switch.  With this block mapping the
+    partner ``r xor 2^i`` of a halving-doubling step is on the same switch
+    (``2^i < p``) or exactly one chord away, so every step has a fixed path
+    length (2 or 3 links).
+
+    ``chord_copies`` parallel links form each directed chord (default ``1``,
+    one shared link).  With ``chord_copies = p`` host ``a`` always uses copy
+    ``a`` (our reconstruction of the paper's contention-mitigation technique,
+    whose details are not in its abstract): the ``p`` flows that leave a
+    switch in the same step then never share a link.  Paths that need several
+    chords (not used by halving-doubling) take the non-adjacent-form route.
+    Every switch traversed adds ``switch_latency`` to its outgoing link.
+    """
+    S, p = switches, hosts_per_switch
+    if S < 1 or p < 1:
+        raise ValueError(f"switches and hosts_per_switch must be >= 1, got {S}, {p}")
+    copies = 1 if chord_copies is None else chord_copies
+    if copies < 1:
+        raise ValueError(f"chord_copies must be >= 1, got {chord_copies}")
+    pf = Platform(f"dln{S}x{p}c{copies}", [f"h{s}_{a}" for s in range(S) for a in range(p)])
+    lat = latency + switch_latency
+    paths = {(s, t): _loop_path(s, t, S) for s in range(S) for t in range(S)}
+    for i, j in itertools.permutations(range(S * p), 2):
+        (si, ai), (sj, aj) = divmod(i, p), divmod(j, p)
+        route = [pf.add_link(f"h{si}_{ai}->s{si}", bandwidth, lat)]
+        cur = si
+        for off in paths[(si, sj)]:
+            nxt = (cur + off) % S
+            route.append(pf.add_link(f"s{cur}->s{nxt}#{ai % copies}", bandwidth, lat))
+            cur = nxt
+        route.append(pf.add_link(f"s{sj}->h{sj}_{aj}", bandwidth, latency))
+        pf.routes[(i, j)] = tuple(route)
     return pf

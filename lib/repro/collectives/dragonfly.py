@@ -1,0 +1,109 @@
+"""Switched Dragonfly platform and endpoint start-up overhead for the SimGrid executor.
+
+:func:`dragonfly` builds a :class:`~repro.collectives.platforms.Platform` (pure
+python, written as SimGrid XML with explicit routes) for a Dragonfly of
+``groups`` groups of ``routers`` routers with ``hosts_per_router`` hosts each;
+routers of a group are fully connected and every pair of groups is joined by
+one global link.  Routing is minimal: up to the source router, a local hop to
+the router holding the global link (if needed), the global link, a local hop
+to the destination router (if needed), down to the host (at most 5 links).
+
+:func:`with_endpoint_overhead` adds a per-message start-up latency (software
+and NIC overhead, the ``alpha`` of the alpha-beta model) at both ends of every
+route, as non-limiting FATPIPE links, so that a simulated message costs
+``alpha + sum(link latencies) + bytes / bandwidth`` when uncontended.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from repro.collectives.platforms import Platform
+
+
+def _require(cond: bool, name: str, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{name}: {msg}")
+
+
+def global_router(group: int, other: int, groups: int, routers: int) -> int:
+    """Router of ``group`` that holds the global link to ``other`` (offsets spread round-robin)."""
+    k = (other - group) % groups
+    return (k - 1) % routers
+
+
+def dragonfly(groups: int, routers: int, hosts_per_router: int, bandwidth: float, link_latency: float,
+              switch_latency: float, global_bandwidth: float | None = None) -> Platform:
+    """A Dragonfly with one global link between every pair of groups.
+
+    Parameters
+    ----------
+    groups, routers, hosts_per_router:
+        ``g`` groups of ``a`` routers with ``p`` hosts each (``g*a*p`` hosts;
+        host ``((G*a)+R)*p + i``).  Every router holds ``ceil((g-1)/a)`` global links.
+    bandwidth:
+        Bytes/s of host and local links (and global links unless ``global_bandwidth``).
+    link_latency:
+        Wire latency of every link (s).
+    switch_latency:
+        Latency of one router traversal (s), charged on every link that leaves a router.
+    global_bandwidth:
+        Bytes/s of the global links.
+
+    Returns
+    -------
+    Platform
+        Hosts named ``g{G}r{R}h{i}``.
+    """
+    _require(groups >= 1, "groups", f"must be >= 1, got {groups}")
+    _require(routers >= 1, "routers", f"must be >= 1, got {routers}")
+    _require(hosts_per_router >= 1, "hosts_per_router", f"must be >= 1, got {hosts_per_router}")
+    _require(bandwidth > 0, "bandwidth", f"must be > 0, got {bandwidth}")
+    _require(link_latency >= 0 and switch_latency >= 0, "latency", "link and switch latencies must be >= 0")
+    gbw = bandwidth if global_bandwidth is None else global_bandwidth
+    a, p = routers, hosts_per_router
+    pf = Platform(f"dragonfly{groups}x{a}x{p}",
+                  [f"g{g}r{r}h{i}" for g in range(groups) for r in range(a) for i in range(p)])
+    where = [(g, r) for g in range(groups) for r in range(a) for _ in range(p)]
+    sw = link_latency + switch_latency
+
+    def up(h: int) -> str:
+        return pf.add_link(f"{pf.hosts[h]}->R", bandwidth, link_latency)
+
+    def down(h: int) -> str:
+        return pf.add_link(f"R->{pf.hosts[h]}", bandwidth, sw)
+
+    def local(g: int, r1: int, r2: int) -> list[str]:
+        return [] if r1 == r2 else [pf.add_link(f"g{g}:r{r1}->r{r2}", bandwidth, sw)]
+
+    for i, j in itertools.permutations(range(len(pf.hosts)), 2):
+        (g1, r1), (g2, r2) = where[i], where[j]
+        route = [up(i)]
+        if g1 == g2:
+            route += local(g1, r1, r2)
+        else:
+            x1, x2 = global_router(g1, g2, groups, a), global_router(g2, g1, groups, a)
+            route += local(g1, r1, x1)
+            route.append(pf.add_link(f"G{g1}->G{g2}", gbw, sw))
+            route += local(g2, x2, r2)
+        route.append(down(j))
+        pf.routes[(i, j)] = tuple(route)
+    return pf
+
+
+def with_endpoint_overhead(platform: Platform, alpha: float) -> Platform:
+    """A copy of ``platform`` whose every route also pays ``alpha`` seconds of start-up.
+
+    Half of ``alpha`` is charged at the sender and half at the receiver, on
+    per-host FATPIPE links (no bandwidth limit), so contention is unchanged.
+    """
+    _require(alpha >= 0, "alpha", f"must be >= 0, got {alpha}")
+    if alpha == 0:
+        return platform
+    pf = replace(platform, name=f"{platform.name}_a", links=dict(platform.links), routes={})
+    for (i, j), route in platform.routes.items():
+        tx = pf.add_link(f"sw_tx_{pf.hosts[i]}", 1e15, alpha / 2, "FATPIPE")
+        rx = pf.add_link(f"sw_rx_{pf.hosts[j]}", 1e15, alpha / 2, "FATPIPE")
+        pf.routes[(i, j)] = (tx, *route, rx)
+    return pf

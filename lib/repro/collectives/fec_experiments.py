@@ -1,0 +1,263 @@
+"""Drivers and plots of the ``hamming-fec`` chapter.
+
+* :func:`ber_curves` and :func:`monte_carlo_points`: frame failure against raw
+  BER per code, closed form and Monte-Carlo with the real codecs.
+* :func:`npb_sweep`: every NPB-like kernel simulated (SimGrid) on a fat tree
+  whose hops pay the RS(544,514) or the Hamming decode latency, per seed
+  (rank placement), plus the computation estimate; run times and improvements.
+* :func:`acceptability`: expected silently corrupted frames per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from repro.collectives import fec
+from repro.collectives.dragonfly import with_endpoint_overhead
+from repro.collectives.npb_skeletons import (KERNELS, bytes_hops, fec_fat_tree, kernel_schedule, placement_for)
+from repro.collectives.simgrid_exec import simulate
+
+CODES = ("rs544", "hamming_sec", "hamming_secded", "none")
+FRAME_BYTES = fec.DATA_BITS_PER_FRAME / 8
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """Constants of the simulated network (stated assumptions).
+
+    Attributes
+    ----------
+    link_gbps, wire_ns, switch_ns:
+        Link rate, wire latency per hop, switch pipeline (routing, allocation, crossbar).
+    rs_decode_ns, hamming_decode_ns:
+        Decoder pipeline once the codeword (block) has arrived.
+    alpha_us:
+        Per-message software start-up at the end points.
+    """
+
+    link_gbps: float = 400.0
+    wire_ns: float = 5.0
+    switch_ns: float = 100.0
+    rs_decode_ns: float = 150.0
+    hamming_decode_ns: float = 3.0
+    alpha_us: float = 0.5
+
+    def fec_ns(self, code: str) -> float:
+        """Per-hop FEC latency of ``code`` (buffering at line rate + decode)."""
+        dec = {"rs544": self.rs_decode_ns, "hamming_sec": self.hamming_decode_ns,
+               "hamming_secded": self.hamming_decode_ns, "none": 0.0}[code]
+        return fec.fec_latency_ns(code, self.link_gbps, dec)
+
+
+def ber_curves(bers: np.ndarray) -> pd.DataFrame:
+    """Closed-form per-frame detected / silent failure probabilities for every code and raw BER."""
+    rows = []
+    for code in CODES:
+        for p in bers:
+            out = fec.frame_outcomes(code, float(p))
+            rows.append(dict(code=code, raw_ber=float(p), detected=out["detected"], silent=out["silent"],
+                             failed=out["detected"] + out["silent"]))
+    return pd.DataFrame(rows)
+
+
+def monte_carlo_points(bers: list[float], frames: int, rs_codewords: int, seeds: list[int]) -> pd.DataFrame:
+    """Monte-Carlo frame failure with the real codecs, one row per (code, BER, seed), with the closed form.
+
+    Hamming: per-block outcomes lifted to frames with the block independence
+    the closed form also uses; RS: decoded codewords (= frames).
+    """
+    rows = []
+    for p in bers:
+        for seed in seeds:
+            for secded in (False, True):
+                code = "hamming_secded" if secded else "hamming_sec"
+                mc = fec.monte_carlo_hamming(p, frames, secded, seed)
+                blk = fec.hamming_block_outcomes(p, fec.BLOCK_BITS + (10 if secded else 9), secded)
+                for what in ("detected", "silent"):
+                    if not secded and what == "detected":
+                        continue
+                    sigma = np.sqrt(blk[what] * (1 - blk[what]) / mc["blocks"])
+                    rows.append(dict(code=code, raw_ber=p, seed=seed, outcome=f"block {what}", mc=mc[what],
+                                     closed_form=blk[what], trials=mc["blocks"],
+                                     z=(mc[what] - blk[what]) / sigma if sigma > 0 else 0.0))
+            mc = fec.monte_carlo_rs(p, rs_codewords, seed)
+            cf = fec.rs_frame_failure(p)
+            sigma = np.sqrt(cf * (1 - cf) / rs_codewords)
+            rows.append(dict(code="rs544", raw_ber=p, seed=seed, outcome="codeword failed", mc=mc["failure"],
+                             closed_form=cf, trials=rs_codewords,
+                             z=(mc["failure"] - cf) / sigma if sigma > 0 else 0.0))
+    return pd.DataFrame(rows)
+
+
+def npb_sweep(kernels: list[str], p: int, hosts_per_leaf: int, spines: int, link: LinkModel,
+              gflops_per_rank: float, seeds: list[int], progress: bool = True) -> pd.DataFrame:
+    """Run time of every kernel with RS and with Hamming (SECDED) FEC on every hop.
+
+    One iteration's communication is simulated with SimGrid for each code and
+    seed; the run time is ``iterations x comm + flops / (p x rate)``.  The
+    no-FEC network is added by linear extrapolation in the per-hop latency
+    (exact while no messages contend, an estimate otherwise).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``kernel, seed, code, hop_ns, comm_s, compute_s, time_s, bytes_hops``.
+    """
+    if gflops_per_rank <= 0:
+        raise ValueError(f"gflops_per_rank must be > 0, got {gflops_per_rank}")
+    if not seeds:
+        raise ValueError("seeds must not be empty")
+    unknown = set(kernels) - set(KERNELS)
+    if unknown:
+        raise ValueError(f"kernels: unknown {sorted(unknown)}; choose from {sorted(KERNELS)}")
+    codes = ("rs544", "hamming_secded")
+    platforms = {c: with_endpoint_overhead(
+        fec_fat_tree(p, hosts_per_leaf, spines, link.link_gbps, link.wire_ns, link.switch_ns, link.fec_ns(c)),
+        link.alpha_us * 1e-6) for c in codes}
+    raw = fec_fat_tree(p, hosts_per_leaf, spines, link.link_gbps, link.wire_ns, link.switch_ns, 0.0)
+    rows = []
+    bar = tqdm(total=len(kernels) * len(seeds) * len(codes), desc="simulations", disable=not progress)
+    for name in kernels:
+        k = KERNELS[name]
+        sched = kernel_schedule(name, p)
+        compute = k.flops / (p * gflops_per_rank * 1e9)
+        for seed in seeds:
+            place = placement_for(p, seed)
+            bh = bytes_hops(sched, raw, place) * k.iterations
+            comm = {}
+            for code in codes:
+                res = simulate(sched, platforms[code], 1, placement=place)
+                comm[code] = res.time * k.iterations
+                bar.update()
+            h_rs, h_h = link.fec_ns("rs544"), link.fec_ns("hamming_secded")
+            slope = (comm["rs544"] - comm["hamming_secded"]) / (h_rs - h_h) if h_rs != h_h else 0.0
+            comm["none"] = max(comm["hamming_secded"] - slope * h_h, 0.0)
+            for code, c in comm.items():
+                rows.append(dict(kernel=name, seed=seed, code=code, hop_ns=link.fec_ns(code), comm_s=c,
+                                 compute_s=compute, time_s=c + compute, bytes_hops=bh,
+                                 how="simgrid" if code in codes else "extrapolated"))
+    bar.close()
+    return pd.DataFrame(rows)
+
+
+def improvements(df: pd.DataFrame, rs_decode_ns: float | None = None, link: LinkModel | None = None) -> pd.DataFrame:
+    """Per kernel and seed: Hamming's improvement over RS in run time and in communication time (%).
+
+    With ``rs_decode_ns`` (and ``link``), the RS communication time is moved
+    along the line through the two simulated points to that decode latency
+    (sensitivity analysis).
+    """
+    rows = []
+    for (kernel, seed), g in df.groupby(["kernel", "seed"]):
+        by = g.set_index("code")
+        rs_c, h_c = by.loc["rs544", "comm_s"], by.loc["hamming_secded", "comm_s"]
+        if rs_decode_ns is not None and link is not None:
+            h_rs, h_h = by.loc["rs544", "hop_ns"], by.loc["hamming_secded", "hop_ns"]
+            new_h = fec.fec_latency_ns("rs544", link.link_gbps, rs_decode_ns)
+            rs_c = h_c + (rs_c - h_c) * (new_h - h_h) / (h_rs - h_h)
+        comp = by.loc["rs544", "compute_s"]
+        rows.append(dict(kernel=kernel, seed=seed, rs_s=rs_c + comp, hamming_s=h_c + comp,
+                         improvement_pct=100 * (rs_c - h_c) / (rs_c + comp),
+                         comm_improvement_pct=100 * (rs_c - h_c) / rs_c if rs_c > 0 else 0.0,
+                         comm_share_pct=100 * rs_c / (rs_c + comp)))
+    return pd.DataFrame(rows)
+
+
+def acceptability(df: pd.DataFrame, bers: list[float], accept_errors: float) -> pd.DataFrame:
+    """Expected silently corrupted frames per run, per kernel, code and raw BER (seed 0's hop counts).
+
+    A frame crossing ``h`` hops is decoded ``h`` times; the exposure is
+    ``sum(bytes x hops) / bytes per frame`` frame-hops per run.
+    """
+    first = df[df.seed == df.seed.min()].drop_duplicates("kernel").set_index("kernel")
+    rows = []
+    for kernel, r in first.iterrows():
+        frame_hops = r.bytes_hops / FRAME_BYTES
+        for code in ("rs544", "hamming_sec", "hamming_secded", "none"):
+            for p in bers:
+                out = fec.frame_outcomes(code, p)
+                silent = frame_hops * out["silent"]
+                rows.append(dict(kernel=kernel, code=code, raw_ber=p, frame_hops=frame_hops,
+                                 expected_silent=silent, expected_retransmissions=frame_hops * out["detected"],
+                                 accepted=bool(silent < accept_errors)))
+    return pd.DataFrame(rows)
+
+
+def fec_claims(imp: pd.DataFrame, acc: pd.DataFrame, link: LinkModel, raw_ber: float) -> dict[str, list[float]]:
+    """Per-seed values of the chapter's claims."""
+    seeds = sorted(imp.seed.unique())
+    at = acc[(acc.code == "hamming_secded") & np.isclose(acc.raw_ber, raw_ber)]
+    share = 100.0 * at.accepted.mean()
+    ratio = link.fec_ns("rs544") / link.switch_ns if link.switch_ns > 0 else float("inf")
+    return {
+        "npb_mean_improvement": [float(imp[imp.seed == s].improvement_pct.mean()) for s in seeds],
+        "rs_fec_vs_switch": [float(ratio)] * len(seeds),
+        "apps_accept_hamming": [float(share)] * len(seeds),
+    }
+
+
+def plot_ber(curves: pd.DataFrame, mc: pd.DataFrame):
+    """Per-frame failure probability against raw BER (lines: closed form; markers: Monte-Carlo)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    labels = {"rs544": "RS(544,514)", "hamming_sec": "Hamming SEC", "hamming_secded": "Hamming SECDED",
+              "none": "no FEC"}
+    for code, g in curves.groupby("code", sort=False):
+        line, = ax.plot(g.raw_ber, g.failed.clip(lower=1e-300), label=f"{labels[code]}: flagged or wrong")
+        if code.startswith("hamming_secded"):
+            ax.plot(g.raw_ber, g.silent.clip(lower=1e-300), ls=":", color=line.get_color(),
+                    label=f"{labels[code]}: silently wrong")
+    rs = mc[mc.code == "rs544"].groupby("raw_ber").mc.mean()
+    ax.plot(rs.index, rs.values, "kx", ms=8, label="Monte-Carlo, RS codewords")
+    blk = mc[(mc.code == "hamming_secded") & (mc.outcome == "block detected")].groupby("raw_ber").mc.mean()
+    frame = 1 - (1 - blk) ** fec.BLOCKS_PER_FRAME
+    ax.plot(frame.index, frame.values, "k+", ms=9, label="Monte-Carlo, SECDED frames")
+    ax.set_xscale("log"); ax.set_yscale("log")
+    ax.set_ylim(1e-30, 2)
+    ax.set_xlabel("raw bit error rate"); ax.set_ylabel("probability per 5140-bit frame")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def plot_npb(imp: pd.DataFrame, paper_value: float | None):
+    """Headline figure: run time with Hamming FEC relative to RS-FEC, per kernel (and communication only)."""
+    import matplotlib.pyplot as plt
+
+    agg = imp.groupby("kernel").agg(run=("improvement_pct", "mean"), run_sd=("improvement_pct", "std"),
+                                    comm=("comm_improvement_pct", "mean"), comm_sd=("comm_improvement_pct", "std"))
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    x = np.arange(len(agg))
+    ax.bar(x - 0.2, agg.run, 0.4, yerr=agg.run_sd.fillna(0), label="run time (computation included)")
+    ax.bar(x + 0.2, agg.comm, 0.4, yerr=agg.comm_sd.fillna(0), label="communication time only")
+    if paper_value is not None:
+        ax.axhline(paper_value, color="crimson", ls="--", label=f"paper: {paper_value:g}% (average)")
+    ax.set_xticks(x, agg.index)
+    ax.set_ylabel("reduction with Hamming vs RS-FEC (%)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sensitivity(df: pd.DataFrame, link: LinkModel, decode_ns: list[float]):
+    """Mean reduction over kernels against the assumed RS decode latency."""
+    import matplotlib.pyplot as plt
+
+    runs, comms = [], []
+    for ns in decode_ns:
+        imp = improvements(df, ns, link)
+        per_seed = imp.groupby("seed")[["improvement_pct", "comm_improvement_pct"]].mean()
+        runs.append(per_seed.improvement_pct.mean()); comms.append(per_seed.comm_improvement_pct.mean())
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    ax.plot(decode_ns, runs, "-o", label="run time")
+    ax.plot(decode_ns, comms, "-s", label="communication only")
+    ax.axvline(link.rs_decode_ns, color="grey", ls=":", label="this run's assumption")
+    ax.set_xlabel("RS decode latency per hop (ns)"); ax.set_ylabel("mean reduction (%)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

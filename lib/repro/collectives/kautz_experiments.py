@@ -1,0 +1,314 @@
+"""Drivers and plots of the ``kautz-fpga`` chapter: Kautz ``K(d, 2)`` against a Dragonfly.
+
+:func:`kautz_sweep` simulates (SimGrid) the multi-port allreduce on the
+switchless ``K(d, 2)`` and MPI's classic allreduce algorithms on a switched
+Dragonfly of the same size, for every message size and seed, and adds the
+alpha-beta value of every point.  The seed only draws the placement of the
+ranks on the Dragonfly's hosts (a batch scheduler's scattered allocation; seed
+``0`` is the contiguous placement).  The ring baselines (a Hamiltonian ring on
+the Kautz network, a contiguous ring on the Dragonfly) are contention-free, so
+their time is computed from the platform's route latencies (see
+:func:`contention_free_time`) instead of a long simulation.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from repro.collectives import kautz_mp
+from repro.collectives.algorithms import build_schedule, closed_form_cost
+from repro.collectives.dragonfly import dragonfly, with_endpoint_overhead
+from repro.collectives.ir import Schedule, messages
+from repro.collectives.platforms import Platform, kautz
+from repro.collectives.simgrid_exec import simulate
+
+ITEMSIZE = 4  # float32 gradients
+
+
+@dataclass(frozen=True)
+class NetworkSetup:
+    """The constants both networks share (all stated assumptions of the chapter).
+
+    Attributes
+    ----------
+    d:
+        Kautz degree; ``d(d+1)`` FPGAs.
+    df_groups, df_routers, df_hosts_per_router:
+        Dragonfly shape (its host count must equal ``d(d+1)``).
+    link_gbps:
+        Bandwidth of every link, Gbit/s.
+    link_latency_ns:
+        Wire + PHY latency of every link, ns.
+    switch_latency_ns:
+        Dragonfly router traversal, ns.
+    alpha_us:
+        Per-message start-up at the end points (software + NIC/FPGA DMA), us.
+    """
+
+    d: int
+    df_groups: int
+    df_routers: int
+    df_hosts_per_router: int
+    link_gbps: float = 100.0
+    link_latency_ns: float = 100.0
+    switch_latency_ns: float = 100.0
+    alpha_us: float = 1.0
+
+    def __post_init__(self) -> None:
+        kautz_mp.kautz_size(self.d)
+        n_df = self.df_groups * self.df_routers * self.df_hosts_per_router
+        if n_df != self.d * (self.d + 1):
+            raise ValueError(f"df_groups*df_routers*df_hosts_per_router = {n_df} must equal d(d+1) = "
+                             f"{self.d * (self.d + 1)}")
+        for name in ("link_gbps", "link_latency_ns", "switch_latency_ns", "alpha_us"):
+            if getattr(self, name) < 0 or (name == "link_gbps" and self.link_gbps == 0):
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+    @property
+    def p(self) -> int:
+        """Number of end points."""
+        return self.d * (self.d + 1)
+
+    @property
+    def bandwidth(self) -> float:
+        """Link bandwidth in bytes/s."""
+        return self.link_gbps * 1e9 / 8
+
+    def kautz_platform(self) -> Platform:
+        """The switchless ``K(d, 2)`` with end-point start-up."""
+        return with_endpoint_overhead(kautz(self.d, self.bandwidth, self.link_latency_ns * 1e-9),
+                                      self.alpha_us * 1e-6)
+
+    def dragonfly_platform(self) -> Platform:
+        """The switched Dragonfly with end-point start-up."""
+        return with_endpoint_overhead(
+            dragonfly(self.df_groups, self.df_routers, self.df_hosts_per_router, self.bandwidth,
+                      self.link_latency_ns * 1e-9, self.switch_latency_ns * 1e-9), self.alpha_us * 1e-6)
+
+
+def contention_free_time(schedule: Schedule, platform: Platform, placement: list[int], itemsize: int) -> float:
+    """Time of ``schedule`` when no two messages share a link.
+
+    Every step costs its slowest message, ``route latency + bytes / bottleneck
+    bandwidth``; steps add up (each rank waits for its own messages only, but
+    in the schedules this is used for every step has the same shape).
+    """
+    worst: dict[int, float] = {}
+    for msg in messages(schedule):
+        i, j = placement[msg.src], placement[msg.dst]
+        t = platform.route_latency(i, j) + msg.elements * itemsize / platform.route_bandwidth(i, j)
+        worst[msg.step] = max(worst.get(msg.step, 0.0), t)
+    return float(sum(worst.values()))
+
+
+def dragonfly_placement(p: int, seed: int) -> list[int]:
+    """Ranks' hosts on the Dragonfly: contiguous for seed 0, a seeded random permutation otherwise."""
+    if seed == 0:
+        return list(range(p))
+    return [int(h) for h in np.random.default_rng(seed).permutation(p)]
+
+
+def kautz_sweep(setup: NetworkSetup, sizes: list[int], seeds: list[int],
+                dragonfly_algorithms: list[str], workers: int = 1, progress: bool = True) -> pd.DataFrame:
+    """Simulate every (network, algorithm, size, seed) point of the chapter.
+
+    Parameters
+    ----------
+    setup:
+        Network constants.
+    sizes:
+        Allreduce vector sizes in bytes (float32 elements).
+    seeds:
+        Dragonfly placements (see :func:`dragonfly_placement`).
+    dragonfly_algorithms:
+        Algorithm names of :mod:`repro.collectives.algorithms` simulated on the Dragonfly.
+    workers:
+        Simulations run at once (each is its own SimGrid process); results do not depend on it.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``network, algorithm, bytes, seed, time_s, model_s, how``
+        (``how``: ``simgrid`` or ``contention-free``).
+    """
+    if not sizes or min(sizes) < ITEMSIZE:
+        raise ValueError(f"sizes must be >= {ITEMSIZE} bytes, got {sizes}")
+    if not seeds:
+        raise ValueError("seeds must not be empty")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    p, d = setup.p, setup.d
+    kpf, dpf = setup.kautz_platform(), setup.dragonfly_platform()
+    beta = 1 / setup.bandwidth
+    alpha_k = setup.alpha_us * 1e-6 + setup.link_latency_ns * 1e-9
+    diam_df = max(dpf.route_latency(i, j) for i, j in dpf.routes)
+    ring_order = kautz_mp.hamiltonian_ring_order(d)
+    rows = []
+    jobs = []  # (row without time, schedule, platform, placement)
+    for nbytes in sizes:
+        n = nbytes // ITEMSIZE
+        jobs.append((dict(network="Kautz", algorithm="multi-port", bytes=nbytes, seed=-1,
+                          model_s=kautz_mp.kautz_allreduce_cost(d, nbytes, alpha_k, beta), how="simgrid"),
+                     kautz_mp.kautz_allreduce(d, n), kpf, None))
+        ring = build_schedule("ring", p, n)
+        rows.append(dict(network="Kautz", algorithm="single-port ring", bytes=nbytes, seed=-1,
+                         time_s=contention_free_time(ring, kpf, ring_order, ITEMSIZE),
+                         model_s=closed_form_cost("ring", p, nbytes, alpha_k, beta), how="contention-free"))
+        rows.append(dict(network="Dragonfly", algorithm="ring (contiguous)", bytes=nbytes, seed=-1,
+                         time_s=contention_free_time(ring, dpf, list(range(p)), ITEMSIZE),
+                         model_s=closed_form_cost("ring", p, nbytes, diam_df, beta), how="contention-free"))
+        for algo in dragonfly_algorithms:
+            sch = build_schedule(algo, p, n)
+            model = closed_form_cost(algo, p, nbytes, diam_df, beta)
+            for seed in seeds:
+                jobs.append((dict(network="Dragonfly", algorithm=algo, bytes=nbytes, seed=seed, model_s=model,
+                                  how="simgrid"), sch, dpf, dragonfly_placement(p, seed)))
+    bar = tqdm(total=len(jobs), desc="simulations", disable=not progress)
+
+    def run(job):
+        row, sch, pf, place = job
+        res = simulate(sch, pf, ITEMSIZE, placement=place)
+        bar.update()
+        return {**row, "time_s": res.time}
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        rows += list(pool.map(run, jobs))
+    bar.close()
+    cols = ["network", "algorithm", "bytes", "seed", "time_s", "model_s", "how"]
+    return pd.DataFrame(rows)[cols].sort_values(["bytes", "network", "algorithm", "seed"], kind="stable",
+                                                ignore_index=True)
+
+
+def speedups(df: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
+    """Per size and seed: Kautz multi-port time, best Dragonfly time and their ratio.
+
+    The best Dragonfly time of a seed is the minimum over its simulated
+    algorithms and the contiguous ring.
+    """
+    rows = []
+    for nbytes, g in df.groupby("bytes"):
+        kmp = float(g[(g.network == "Kautz") & (g.algorithm == "multi-port")].time_s.iloc[0])
+        kring = float(g[(g.network == "Kautz") & (g.algorithm == "single-port ring")].time_s.iloc[0])
+        dfg = g[g.network == "Dragonfly"]
+        for seed in seeds:
+            cand = dfg[(dfg.seed == seed) | (dfg.seed == -1)]
+            best = cand.loc[cand.time_s.idxmin()]
+            rows.append(dict(bytes=int(nbytes), seed=seed, kautz_s=kmp, dragonfly_best_s=float(best.time_s),
+                             dragonfly_best=best.algorithm, speedup=float(best.time_s) / kmp,
+                             multiport_gain=kring / kmp))
+    return pd.DataFrame(rows)
+
+
+def structure_checks(d: int) -> dict[str, float]:
+    """Graph facts of ``K(d, 2)`` computed with networkx and the AWG map.
+
+    Returns nodes, degree, diameter, the number of wavelengths and AWGs the
+    mapping uses, and whether it is collision-free (no output port of an AWG
+    receives one wavelength twice, no input port sends one wavelength twice).
+    """
+    import networkx as nx
+
+    g = kautz_mp.kautz_digraph(d)
+    wmap = kautz_mp.awg_wavelength_map(d)
+    inputs = {(awg, u, wl) for (u, _), (awg, wl) in wmap.items()}
+    outputs = {(awg, v, wl) for (_, v), (awg, wl) in wmap.items()}
+    return {"nodes": g.number_of_nodes(),
+            "degree": max(dict(g.out_degree()).values()),
+            "diameter": nx.diameter(g),
+            "wavelengths": len({wl for _, wl in wmap.values()}),
+            "awgs": len({awg for awg, _ in wmap.values()}),
+            "collision_free": float(len(inputs) == len(outputs) == len(wmap))}
+
+
+def kautz_claims(sp: pd.DataFrame, structure: dict[str, float], d: int) -> dict[str, list[float]]:
+    """Per-seed values of every claim of the chapter (see ``collectives_b.yaml``)."""
+    seeds = sorted(sp.seed.unique())
+    smallest = sp.bytes.min()
+    largest = sp.bytes.max()
+    nodes_ok = structure["nodes"] if structure["diameter"] == 2 and structure["degree"] == d else 0.0
+    wdm = max(structure["wavelengths"] / d, structure["awgs"] / (d + 1))
+    if not structure["collision_free"]:
+        wdm = float("inf")
+    return {
+        "speedup_vs_dragonfly_max": [float(sp[sp.seed == s].speedup.max()) for s in seeds],
+        "speedup_vs_dragonfly_smallest": [float(sp[(sp.seed == s) & (sp.bytes == smallest)].speedup.iloc[0])
+                                          for s in seeds],
+        "multiport_gain_largest": [float(sp[(sp.seed == s) & (sp.bytes == largest)].multiport_gain.iloc[0])
+                                   for s in seeds],
+        "fpgas_diameter2": [float(nodes_ok)] * len(seeds),
+        "wdm_resources_ratio": [float(wdm)] * len(seeds),
+    }
+
+
+def plot_times(df: pd.DataFrame):
+    """Headline figure: allreduce time against message size, per network and algorithm."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    for (net, algo), g in df.groupby(["network", "algorithm"], sort=False):
+        agg = g.groupby("bytes").time_s.agg(["mean", "min", "max"])
+        label = f"{net}: {algo}"
+        style = "-o" if net == "Kautz" else "--s"
+        ax.plot(agg.index, agg["mean"] * 1e6, style, label=label, ms=4)
+        if (agg["max"] > agg["min"]).any():
+            ax.fill_between(agg.index, agg["min"] * 1e6, agg["max"] * 1e6, alpha=0.2)
+        model = g.groupby("bytes").model_s.first()
+        bx.plot(model.index, agg["mean"] / model, style, label=label, ms=4)
+    ax.set_xscale("log", base=2); ax.set_yscale("log")
+    ax.set_xlabel("allreduce vector (bytes)"); ax.set_ylabel("time (µs)")
+    ax.set_title("allreduce time (lines: mean over placements; band: min-max)")
+    ax.legend(fontsize=8)
+    bx.set_xscale("log", base=2)
+    bx.set_xlabel("allreduce vector (bytes)"); bx.set_ylabel("simulated / alpha-beta model")
+    bx.set_title("cross-check against the alpha-beta closed form")
+    bx.axhline(1.0, color="grey", lw=0.8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_speedup(sp: pd.DataFrame, paper_value: float | None):
+    """Speedup of the Kautz multi-port allreduce over the best Dragonfly algorithm, per size."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    agg = sp.groupby("bytes").speedup.agg(["mean", "min", "max"])
+    ax.plot(agg.index, agg["mean"], "-o", label="Kautz multi-port / best Dragonfly")
+    ax.fill_between(agg.index, agg["min"], agg["max"], alpha=0.25)
+    gain = sp.groupby("bytes").multiport_gain.mean()
+    ax.plot(gain.index, gain.values, ":^", label="multi-port / single-port ring on Kautz")
+    if paper_value is not None:
+        ax.axhline(paper_value, color="crimson", ls="--", label=f"paper: {paper_value:g}×")
+    ax.set_xscale("log", base=2); ax.set_yscale("log")
+    ax.set_xlabel("allreduce vector (bytes)"); ax.set_ylabel("speedup (×)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def mpi_exactness(degrees: list[int], seed: int = 0, lengths: tuple[int, ...] = (0, 1, 13, 1003),
+                  timeout: float = 120.0) -> pd.DataFrame:
+    """Run the ``K(d, 2)`` schedules on real MPI (mpi4py over MPICH) against MPI's own collectives.
+
+    One ``mpiexec -n d(d+1)`` launch per degree; each checks the allreduce,
+    allgather and reduce-scatter at every length with int64 data (exact).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (degree, schedule, length): ranks, steps and ``ok``.
+    """
+    from repro.collectives.worker_b import launch
+
+    rows = []
+    for d in degrees:
+        rep = launch(["kautz_allreduce", "kautz_allgather", "kautz_reduce_scatter"], kautz_mp.kautz_size(d),
+                     lengths, seed, timeout)
+        for c in rep["cases"]:
+            rows.append(dict(d=d, ranks=c["p"], schedule=c["case"], elements=c["n"], steps=c["steps"],
+                             equal_to_MPI=c["ok"]))
+    return pd.DataFrame(rows)
