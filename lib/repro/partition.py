@@ -98,3 +98,155 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, seed: int = 0, 
     if scheme == "shards":
         return shards(labels, num_clients, seed=seed)
     raise ValueError(f"unknown partition scheme {scheme!r}")
+
+
+# ----- partitioners that leave samples unused: sparse-and-scarce, cluster skew ----------------
+# Unlike the ones above, these give each client a target label histogram and draw it from the
+# pool without replacement; samples nobody asked for stay unused.
+
+
+def _largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
+    """Integers summing to ``total`` in proportion to ``weights`` (largest-remainder rounding, ties by index)."""
+    w = np.asarray(weights, dtype=float)
+    if total <= 0 or w.sum() <= 0:
+        return np.zeros(len(w), dtype=np.int64)
+    raw = total * w / w.sum()
+    out = np.floor(raw).astype(np.int64)
+    rest = total - int(out.sum())
+    order = np.argsort(-(raw - out), kind="stable")
+    out[order[:rest]] += 1
+    return out
+
+
+def _cap_to_pool(counts: np.ndarray, available: np.ndarray) -> np.ndarray:
+    """Scale down each class's column of ``counts`` that asks for more samples than the pool holds."""
+    counts = counts.copy()
+    for c in range(counts.shape[1]):
+        if counts[:, c].sum() > available[c]:
+            counts[:, c] = _largest_remainder(int(available[c]), counts[:, c])
+    return counts
+
+
+def draw_histogram(labels: np.ndarray, counts: np.ndarray, seed: int = 0) -> list[np.ndarray]:
+    """Draw, without replacement, ``counts[i, c]`` samples of class ``c`` for every client ``i``.
+
+    Raises
+    ------
+    ValueError
+        If a class is asked for more samples than it has.
+    """
+    labels = np.asarray(labels)
+    counts = np.asarray(counts, dtype=np.int64)
+    num_classes = counts.shape[1]
+    available = np.bincount(labels, minlength=num_classes)[:num_classes]
+    short = [c for c in range(num_classes) if counts[:, c].sum() > available[c]]
+    if short:
+        raise ValueError(f"classes {short} are asked for more samples than they have")
+    rng = np.random.default_rng(seed)
+    parts: list[list[np.ndarray]] = [[] for _ in range(len(counts))]
+    for c in range(num_classes):
+        pool = rng.permutation(np.flatnonzero(labels == c))
+        cuts = np.cumsum(counts[:, c])[:-1]
+        for i, chunk in enumerate(np.split(pool[: counts[:, c].sum()], cuts)):
+            parts[i].append(chunk)
+    return [np.sort(np.concatenate(p)) for p in parts]
+
+
+def sparse_and_scarce_counts(labels: np.ndarray, num_clients: int, usage: float = 0.1, alpha: float = 0.1,
+                             beta: float = 2000.0, seed: int = 0) -> np.ndarray:
+    """Label histogram of SAFA's sparse-and-scarce split, shape ``(clients, classes)``.
+
+    Client ``i`` gets a volume ``0.1 u |D| / N + floor(q_i u |D|)`` with
+    ``q ~ Dir(beta 1_N)`` (large ``beta``: near-equal volumes) and label
+    proportions ``p_i ~ Dir(alpha 1_C)`` (small ``alpha``: few classes, i.e.
+    sparse); its count of class ``c`` is ``floor(p_ic * volume_i)``.  Small
+    ``u`` makes every client's data scarce.  Classes asked for more samples
+    than they have are scaled down; every client keeps at least one sample.
+
+    Parameters
+    ----------
+    labels
+        Integer class label of each sample.
+    num_clients
+        Number of clients ``N``.
+    usage
+        ``u`` in (0, 1]: share of the data the clients hold in total (about).
+    alpha
+        Label concentration (> 0).
+    beta
+        Volume concentration (> 0).
+    seed
+        Seed of the Dirichlet draws.
+    """
+    labels = np.asarray(labels)
+    _check(num_clients, len(labels))
+    if not 0.0 < usage <= 1.0:
+        raise ValueError(f"usage must lie in (0, 1], got {usage}")
+    if alpha <= 0 or beta <= 0:
+        raise ValueError(f"alpha and beta must be > 0, got alpha={alpha}, beta={beta}")
+    rng = np.random.default_rng(seed)
+    n, classes = len(labels), int(labels.max()) + 1
+    q = rng.dirichlet(np.full(num_clients, beta))
+    volume = np.floor(0.1 * usage * n / num_clients + np.floor(q * n * usage)).astype(np.int64)
+    props = rng.dirichlet(np.full(classes, alpha), size=num_clients)
+    counts = np.floor(props * volume[:, None]).astype(np.int64)
+    empty = counts.sum(1) == 0
+    counts[empty, props[empty].argmax(1)] = 1
+    return _cap_to_pool(counts, np.bincount(labels, minlength=classes))
+
+
+def sparse_and_scarce(labels: np.ndarray, num_clients: int, usage: float = 0.1, alpha: float = 0.1,
+                      beta: float = 2000.0, seed: int = 0) -> list[np.ndarray]:
+    """SAFA's sparse-and-scarce split: draws :func:`sparse_and_scarce_counts` from the samples."""
+    counts = sparse_and_scarce_counts(labels, num_clients, usage, alpha, beta, seed)
+    return draw_histogram(labels, counts, seed=seed + 1)
+
+
+def sparsity(hist: np.ndarray) -> float:
+    """Share of (client, class) cells of a label histogram that are empty."""
+    return float(np.mean(np.asarray(hist) == 0))
+
+
+def scarcity(hist: np.ndarray, threshold: int = 50) -> float:
+    """Share of clients holding at most ``threshold`` samples."""
+    return float(np.mean(np.asarray(hist).sum(1) <= threshold))
+
+
+def cluster_skew_counts(labels: np.ndarray, cluster_sizes: list[int], samples_per_client: int,
+                        alpha: float = 0.5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Label histogram of a cluster-skewed split, and each client's cluster.
+
+    Clients form groups of ``cluster_sizes``; every group draws one label
+    distribution ``p_g ~ Dir(alpha 1_C)`` and each of its clients gets
+    ``samples_per_client`` samples split over the classes by ``p_g``
+    (largest-remainder rounding), so clients of a group share a distribution
+    exactly.  Classes asked for more samples than they have are scaled down.
+
+    Returns
+    -------
+    counts : ndarray
+        ``(clients, classes)`` histogram.
+    cluster : ndarray
+        Group index of each client.
+    """
+    labels = np.asarray(labels)
+    if not cluster_sizes or min(cluster_sizes) < 1:
+        raise ValueError(f"cluster_sizes must be positive integers, got {cluster_sizes}")
+    if samples_per_client < 1:
+        raise ValueError(f"samples_per_client must be >= 1, got {samples_per_client}")
+    if alpha <= 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    _check(sum(cluster_sizes), len(labels))
+    rng = np.random.default_rng(seed)
+    classes = int(labels.max()) + 1
+    cluster = np.repeat(np.arange(len(cluster_sizes)), cluster_sizes)
+    dists = rng.dirichlet(np.full(classes, alpha), size=len(cluster_sizes))
+    counts = np.stack([_largest_remainder(samples_per_client, dists[g]) for g in cluster])
+    return _cap_to_pool(counts, np.bincount(labels, minlength=classes)), cluster
+
+
+def cluster_skew(labels: np.ndarray, cluster_sizes: list[int], samples_per_client: int, alpha: float = 0.5,
+                 seed: int = 0) -> list[np.ndarray]:
+    """A cluster-skewed split (CADIS, FedDRL): draws :func:`cluster_skew_counts` from the samples."""
+    counts, _ = cluster_skew_counts(labels, cluster_sizes, samples_per_client, alpha, seed)
+    return draw_histogram(labels, counts, seed=seed + 1)

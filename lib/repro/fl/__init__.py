@@ -6,4 +6,11 @@
 - :mod:`repro.fl.fedlama`: FedLAMA, layer-wise adaptive aggregation intervals.
 - :mod:`repro.fl.comm`: per-layer communication accounting.
 - :mod:`repro.fl.engine`: the in-process engine and Flower's Ray simulation.
+- :mod:`repro.fl.fedluar`: FedLUAR (layer-wise update recycling), its ablations and top-k sparsification.
+- :mod:`repro.fl.activation`: client-activation policies (uniform, Power-of-Choice, multi-metric).
+- :mod:`repro.fl.safa`: SAFA, FedDC-style daisy chaining and FedProx, with their penalised client.
+- :mod:`repro.fl.robust`: the edge-case backdoor, defences (Multi-Krum, RFA, FLAME-lite, FedGrad) and detection rates.
+- :mod:`repro.fl.kd`, :mod:`repro.fl.weighting`: distillation loss; aggregation-weight policies.
+- :mod:`repro.fl.textdata`: the offline text task standing in for AG News.
+- :mod:`repro.fl.runs`, :mod:`repro.fl.figures`: drivers and figures of these chapters.
 """

@@ -76,7 +76,8 @@ def from_arrayrecord(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in record.items()}
 
 
-def _train(spec: TaskSpec, msg: Message, context: Context) -> Message:
+def _train(spec: TaskSpec, msg: Message, context: Context,
+           data: Callable[[TaskSpec, int], tuple[np.ndarray, np.ndarray]] = client_data) -> Message:
     torch.set_num_threads(1)  # the same float results in every engine
     pid = int(context.node_config["partition-id"])
     cfg: ConfigRecord = msg.content["config"]
@@ -88,7 +89,7 @@ def _train(spec: TaskSpec, msg: Message, context: Context) -> Message:
     elif set(received) != set(names):
         raise RuntimeError(f"client {pid} has no local state but received only {sorted(received)}")
     set_weights(model, received)
-    x, y = client_data(spec, pid)
+    x, y = data(spec, pid)
     loss = local_sgd(
         model, x, y,
         steps=int(cfg["steps"]),
@@ -116,11 +117,21 @@ def make_client_app(spec: TaskSpec) -> ClientApp:
     ``query`` messages (its partition id, which servers use to sample clients
     reproducibly whatever node ids the engine assigned).
     """
+    return client_app_with(lambda msg, context: _train(spec, msg, context))
+
+
+def client_app_with(train_fn: Callable[[Message, Context], Message]) -> ClientApp:
+    """A ``ClientApp`` answering ``train`` with ``train_fn`` and ``query`` with its partition id.
+
+    The shared pieces of every client of the book; chapters whose clients
+    train differently (penalised local losses, extra replies) pass their own
+    ``train_fn``.
+    """
     app = ClientApp()
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:  # noqa: D401
-        return _train(spec, msg, context)
+        return train_fn(msg, context)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:

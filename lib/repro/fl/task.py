@@ -26,7 +26,7 @@ class TaskSpec:
     num_clients
         Number of clients the training set is split over.
     scheme
-        Partitioner: ``iid``, ``dirichlet`` or ``shards``.
+        Partitioner: ``iid``, ``dirichlet``, ``shards`` or ``sparse_and_scarce``.
     alpha
         Dirichlet concentration (``scheme='dirichlet'``).
     hidden
@@ -37,6 +37,9 @@ class TaskSpec:
         Training samples drawn from the dataset (``None``: all).
     data_seed
         Seed of the subsample and the partition.
+    usage
+        Share of the samples the clients hold (``scheme='sparse_and_scarce'``,
+        see :func:`repro.partition.sparse_and_scarce`; the other schemes use all).
     """
 
     dataset: str = "digits"
@@ -47,6 +50,7 @@ class TaskSpec:
     model: str = "mlp"
     n_train: int | None = None
     data_seed: int = 0
+    usage: float = 1.0
 
 
 FL_DATASETS = ("doc_topics",)
@@ -66,7 +70,11 @@ def load_dataset(name: str, n_train: int | None = None, seed: int = 0) -> datase
 def load_task_data(spec: TaskSpec) -> tuple[datasets.Dataset, tuple[np.ndarray, ...]]:
     """The dataset and the client partition of ``spec`` (cached per process)."""
     ds = load_dataset(spec.dataset, n_train=spec.n_train, seed=spec.data_seed)
-    parts = partition.partition(ds.y_train, spec.num_clients, spec.scheme, seed=spec.data_seed, alpha=spec.alpha)
+    if spec.scheme == "sparse_and_scarce":
+        parts = partition.sparse_and_scarce(ds.y_train, spec.num_clients, usage=spec.usage, alpha=spec.alpha,
+                                            seed=spec.data_seed)
+    else:
+        parts = partition.partition(ds.y_train, spec.num_clients, spec.scheme, seed=spec.data_seed, alpha=spec.alpha)
     return ds, tuple(parts)
 
 
