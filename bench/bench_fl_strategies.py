@@ -60,6 +60,17 @@ STRATEGIES: dict[str, tuple[Callable[[], SeededFedAvg], Callable[[TaskSpec], Cli
                                                         num_candidates=12), make_probing_client_app),
 }
 
+# FedDRL (the agent acts and trains 10 steps a round once its buffer holds a batch) and CADIS (clustering)
+from repro.fl.cadis import CADIS, make_kd_client_app  # noqa: E402
+from repro.fl.feddrl import DDPGWeights, make_loss_reporting_client_app  # noqa: E402
+from repro.fl.weighting import FlowerPolicyFedAvg  # noqa: E402
+
+STRATEGIES["FedDRL (DDPG weights)"] = (
+    lambda: FlowerPolicyFedAvg(ACTIVE, LOCAL, DDPGWeights(ACTIVE, updates=10, batch_size=4, seed=0), seed=0),
+    make_loss_reporting_client_app)
+STRATEGIES["CADIS (clustered aggregation)"] = (
+    lambda: CADIS(ACTIVE, LOCAL, SPEC.num_clients, f"fc{len(SPEC.hidden)}.weight", seed=0), make_kd_client_app)
+
 
 def run() -> list[tuple[str, float, str]]:
     """One row per strategy: seconds per aggregation and the ratio to FedAvg's."""

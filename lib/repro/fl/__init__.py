@@ -11,6 +11,9 @@
 - :mod:`repro.fl.safa`: SAFA, FedDC-style daisy chaining and FedProx, with their penalised client.
 - :mod:`repro.fl.robust`: the edge-case backdoor, defences (Multi-Krum, RFA, FLAME-lite, FedGrad) and detection rates.
 - :mod:`repro.fl.kd`, :mod:`repro.fl.weighting`: distillation loss; aggregation-weight policies.
+- :mod:`repro.fl.feddrl`: FedDRL's DDPG agent as an aggregation-weight policy.
+- :mod:`repro.fl.cadis`: CADIS's last-layer clustering, cluster-equal aggregation and KD client.
+- :mod:`repro.fl.skew_runs`: drivers and figures of the cluster-skew chapters (FedDRL, CADIS).
 - :mod:`repro.fl.textdata`: the offline text task standing in for AG News.
 - :mod:`repro.fl.runs`, :mod:`repro.fl.figures`: drivers and figures of these chapters.
 """

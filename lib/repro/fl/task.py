@@ -40,6 +40,9 @@ class TaskSpec:
     usage
         Share of the samples the clients hold (``scheme='sparse_and_scarce'``,
         see :func:`repro.partition.sparse_and_scarce`; the other schemes use all).
+    cluster_sizes, samples_per_client
+        Client groups and per-client volume of ``scheme='cluster_skew'``
+        (see :func:`repro.partition.cluster_skew`; ``alpha`` is the groups' label concentration).
     """
 
     dataset: str = "digits"
@@ -51,6 +54,8 @@ class TaskSpec:
     n_train: int | None = None
     data_seed: int = 0
     usage: float = 1.0
+    cluster_sizes: tuple[int, ...] = ()
+    samples_per_client: int = 0
 
 
 FL_DATASETS = ("doc_topics",)
@@ -73,6 +78,11 @@ def load_task_data(spec: TaskSpec) -> tuple[datasets.Dataset, tuple[np.ndarray, 
     if spec.scheme == "sparse_and_scarce":
         parts = partition.sparse_and_scarce(ds.y_train, spec.num_clients, usage=spec.usage, alpha=spec.alpha,
                                             seed=spec.data_seed)
+    elif spec.scheme == "cluster_skew":
+        if sum(spec.cluster_sizes) != spec.num_clients:
+            raise ValueError(f"cluster_sizes {spec.cluster_sizes} must sum to num_clients={spec.num_clients}")
+        parts = partition.cluster_skew(ds.y_train, list(spec.cluster_sizes), spec.samples_per_client,
+                                       alpha=spec.alpha, seed=spec.data_seed)
     else:
         parts = partition.partition(ds.y_train, spec.num_clients, spec.scheme, seed=spec.data_seed, alpha=spec.alpha)
     return ds, tuple(parts)

@@ -29,9 +29,7 @@ class AggregationWeightPolicy:
 
     def weights(self, server_round: int, stats: list[dict[str, float]]) -> np.ndarray:
         """Normalised weights; raises if they are negative, non-finite or all zero."""
-        w = np.asarray(self.raw_weights(server_round, stats), dtype=np.float64)
-        if w.shape != (len(stats),) or not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
-            raise ValueError(f"policy {self.name!r} gave invalid weights {w}")
+        w = checked_raw_weights(self, server_round, stats)
         return w / w.sum()
 
 
@@ -73,3 +71,36 @@ class PolicyFedAvg(SeededFedAvg):
         out = {k: sum(wi * m[k].astype(np.float64) for wi, m in zip(w, models)).astype(models[0][k].dtype)
                for k in models[0]}
         return to_arrayrecord(out), metrics
+
+
+def checked_raw_weights(policy: AggregationWeightPolicy, server_round: int,
+                        stats: list[dict[str, float]]) -> np.ndarray:
+    """``policy.raw_weights`` called once and validated as :meth:`AggregationWeightPolicy.weights` does."""
+    w = np.asarray(policy.raw_weights(server_round, stats), dtype=np.float64)
+    if w.shape != (len(stats),) or not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"policy {policy.name!r} gave invalid weights {w}")
+    return w
+
+
+class FlowerPolicyFedAvg(PolicyFedAvg):
+    """:class:`PolicyFedAvg` whose average is Flower's own ``aggregate_arrayrecords`` over the raw weights.
+
+    Flower normalises the raw weights exactly as FedAvg normalises sample
+    counts, so a policy whose raw weights are the sample counts (or equal
+    weights over equally sized clients) gives FedAvg's model bit for bit.
+    """
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Average the replies with Flower's weighted aggregation, weighting by the policy's raw weights."""
+        from flwr.app import RecordDict
+        from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+
+        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
+        _, metrics = SeededFedAvg.aggregate_train(self, server_round, replies)
+        stats = [dict(m.content["metrics"]) for m in replies]
+        raw = checked_raw_weights(self.policy, server_round, stats)
+        self.weights_used[server_round] = {int(s["partition-id"]): float(x)
+                                           for s, x in zip(stats, raw / raw.sum())}
+        records = [RecordDict({"arrays": m.content["arrays"], "metrics": MetricRecord({"w": float(x)})})
+                   for m, x in zip(replies, raw)]
+        return aggregate_arrayrecords(records, "w"), metrics
