@@ -71,6 +71,15 @@ STRATEGIES["FedDRL (DDPG weights)"] = (
 STRATEGIES["CADIS (clustered aggregation)"] = (
     lambda: CADIS(ACTIVE, LOCAL, SPEC.num_clients, f"fc{len(SPEC.hidden)}.weight", seed=0), make_kd_client_app)
 
+# FedDyn (server state h) and SCAFFOLD (server control variate; twice the arrays each way)
+from repro.fl.baselines import (SCAFFOLD, FedDyn, make_feddyn_client_app,  # noqa: E402
+                                make_scaffold_client_app)
+
+STRATEGIES["FedDyn alpha=0.01"] = (
+    lambda: FedDyn(ACTIVE, LOCAL, SPEC.num_clients, alpha=0.01, seed=0), make_feddyn_client_app)
+STRATEGIES["SCAFFOLD (control variates)"] = (
+    lambda: SCAFFOLD(ACTIVE, LOCAL, SPEC.num_clients, seed=0), make_scaffold_client_app)
+
 
 def run() -> list[tuple[str, float, str]]:
     """One row per strategy: seconds per aggregation and the ratio to FedAvg's."""

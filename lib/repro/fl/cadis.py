@@ -35,6 +35,7 @@ from flwr.clientapp import ClientApp
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
+from repro.fl.features import last_layer_updates, row_normalised
 from repro.fl.client import client_app_with, client_seed, from_arrayrecord, local_sgd, to_arrayrecord
 from repro.fl.kd import kd_loss
 from repro.fl.task import TaskSpec, client_data, work_model
@@ -49,18 +50,15 @@ def last_layer_features(updates: list[np.ndarray]) -> np.ndarray:
     Parameters
     ----------
     updates
-        One ``(C, d)`` array per client: its classifier weight minus the global one.
+        One ``(C, d)`` array per client: its classifier weight minus the global one
+        (:func:`repro.fl.features.last_layer_updates` forms them from the replies).
     """
-    if not updates:
+    if not len(updates):
         raise ValueError("updates must not be empty")
-    out = []
     for u in updates:
-        u = np.asarray(u, dtype=np.float64)
-        if u.ndim != 2:
-            raise ValueError(f"each update must be a (classes, features) matrix, got shape {u.shape}")
-        norms = np.linalg.norm(u, axis=1, keepdims=True)
-        out.append(np.divide(u, norms, out=np.zeros_like(u), where=norms > 0).ravel())
-    return np.stack(out)
+        if np.ndim(u) != 2:
+            raise ValueError(f"each update must be a (classes, features) matrix, got shape {np.shape(u)}")
+    return row_normalised(np.stack([np.asarray(u, dtype=np.float64) for u in updates]))
 
 
 def cosine_similarity_matrix(features: np.ndarray) -> np.ndarray:
@@ -172,7 +170,7 @@ class CADIS(FlowerPolicyFedAvg):
         if self._sent is None:
             raise RuntimeError("aggregate_train called before configure_train")
         pids = [int(m.content["metrics"]["partition-id"]) for m in replies]
-        feats = last_layer_features([m.content["arrays"][self.last_layer].numpy() - self._sent for m in replies])
+        feats = last_layer_features(last_layer_updates(replies, self._sent, self.last_layer))
         idx = np.ix_(pids, pids)
         self.memory[idx] += cosine_similarity_matrix(feats)
         self.seen[idx] += 1

@@ -37,6 +37,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy.multikrum import select_multikrum
 
 from repro.fl.client import _train, client_app_with, from_arrayrecord, to_arrayrecord
+from repro.fl.features import last_layer_deviations, last_layer_stack
 from repro.fl.strategies import SeededFedAvg
 from repro.fl.task import TaskSpec, client_data, load_task_data
 
@@ -308,7 +309,7 @@ class FedGradFilter(Defence):
 
     def soft_scores(self, prev: Weights, models: list[Weights]) -> np.ndarray:
         """Min-max-scaled cosine of each client's deviation with the round's mean update (ultimate layer)."""
-        W = np.stack([m[self.weight_key].astype(np.float64).ravel() for m in models])
+        W = last_layer_stack(models, self.weight_key).reshape(len(models), -1)
         avg = W.mean(0)
         g = avg - prev[self.weight_key].astype(np.float64).ravel()
         u = W - avg
@@ -320,8 +321,7 @@ class FedGradFilter(Defence):
         """Indices in the KMeans cluster (on running pairwise cosines) without the lowest-Krum-score client."""
         from sklearn.cluster import KMeans
 
-        W = np.stack([m[self.weight_key].astype(np.float64) for m in models])  # (n, C, d)
-        rows = (W - W.mean(0)).sum(axis=2)
+        rows = last_layer_deviations(models, self.weight_key).sum(axis=2)  # (n, C): per-class-row sums
         rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
         cos = rows @ rows.T
         span = cos.max() - cos.min()

@@ -53,8 +53,9 @@ FISHER = "fisher::"
 
 def penalised_sgd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, steps: int, batch_size: int, lr: float,
                   momentum: float, seed: int, anchor: dict[str, np.ndarray],
-                  weight: dict[str, np.ndarray] | float) -> float:
-    """Local SGD on ``CE + sum weight * (theta - anchor)^2``, with the mini-batches of :func:`~repro.fl.client.local_sgd`.
+                  weight: dict[str, np.ndarray] | float,
+                  linear: dict[str, np.ndarray] | None = None) -> float:
+    """Local SGD on ``CE + sum weight * (theta - anchor)^2 [+ sum <linear, theta>]``, with the mini-batches of :func:`~repro.fl.client.local_sgd`.
 
     Parameters
     ----------
@@ -62,14 +63,19 @@ def penalised_sgd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, steps: i
         The weights the penalty pulls towards (by parameter name).
     weight
         Per-entry penalty weights by name (EWC: ``lambda * F``), or one scalar
-        for all (FedProx: ``mu / 2``).  A zero scalar runs ``local_sgd`` itself.
+        for all (FedProx: ``mu / 2``).  A zero scalar (and no ``linear``) runs
+        ``local_sgd`` itself; a zero scalar with ``linear`` drops the quadratic term.
+    linear
+        Optional per-parameter vectors of a linear term ``<linear, theta>``
+        (FedDyn's ``-g_i``, SCAFFOLD's drift correction ``c - c_i``).
 
     Returns
     -------
     float
         Mean cross-entropy over the steps.
     """
-    if isinstance(weight, (int, float)) and weight == 0:
+    quadratic = not (isinstance(weight, (int, float)) and weight == 0)
+    if not quadratic and linear is None:
         return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed)
     gen = np.random.default_rng(seed)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -78,14 +84,19 @@ def penalised_sgd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, steps: i
     anchors = {k: torch.from_numpy(np.asarray(anchor[k])) for k in named}
     weights = {k: (torch.from_numpy(np.asarray(weight[k])) if isinstance(weight, dict) else float(weight))
                for k in named}
+    linears = None if linear is None else {k: torch.from_numpy(np.asarray(linear[k])) for k in named}
     model.train()
     total = 0.0
     for _ in range(steps):
         idx = torch.from_numpy(gen.choice(len(y), size=min(batch_size, len(y)), replace=False))
         opt.zero_grad()
         ce = torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx])
-        reg = sum((weights[k] * (p - anchors[k]) ** 2).sum() for k, p in named.items())
-        (ce + reg).backward()
+        loss = ce
+        if quadratic:
+            loss = loss + sum((weights[k] * (p - anchors[k]) ** 2).sum() for k, p in named.items())
+        if linears is not None:
+            loss = loss + sum((linears[k] * p).sum() for k, p in named.items())
+        loss.backward()
         opt.step()
         total += ce.item()
     return total / max(steps, 1)
