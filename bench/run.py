@@ -43,7 +43,7 @@ def bench_engines() -> list[tuple[str, float, str]]:
 
     spec = TaskSpec(dataset="digits", num_clients=10, alpha=0.5, hidden=(64,))
     local = LocalSGD(16, 0.05, 0.0).config(10)
-    rounds, active = 5, 10
+    rounds, active = 20, 10
     load_task_data(spec)
 
     def flower(engine: str) -> None:
@@ -54,7 +54,7 @@ def bench_engines() -> list[tuple[str, float, str]]:
     inproc = timed(lambda: flower("inprocess"))
     ray = timed(lambda: flower("ray"), repeat=1)
     return [
-        ("FedAvg, hand-written loop (10 clients x 5 rounds)", hand, "1.00x"),
+        ("FedAvg, hand-written loop (10 clients x 20 rounds)", hand, "1.00x"),
         ("FedAvg, Flower in-process grid", inproc, f"{inproc / hand:.2f}x hand loop (target <= 1.2x)"),
         ("FedAvg, Flower Ray simulation", ray, f"{ray / inproc:.1f}x in-process"),
     ]

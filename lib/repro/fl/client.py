@@ -84,10 +84,12 @@ def _train(spec: TaskSpec, msg: Message, context: Context,
     received = from_arrayrecord(msg.content["arrays"])
     model = work_model(spec)
     names = list(model.state_dict())
-    if LOCAL_STATE_KEY in context.state:
-        set_weights(model, from_arrayrecord(context.state[LOCAL_STATE_KEY]))
-    elif set(received) != set(names):
-        raise RuntimeError(f"client {pid} has no local state but received only {sorted(received)}")
+    missing = [k for k in names if k not in received]
+    if missing:  # layers the server did not send stay as this client left them
+        if LOCAL_STATE_KEY not in context.state:
+            raise RuntimeError(f"client {pid} has no local state but received only {sorted(received)}")
+        local = context.state[LOCAL_STATE_KEY]
+        set_weights(model, {k: local[k].numpy() for k in missing})
     set_weights(model, received)
     x, y = data(spec, pid)
     loss = local_sgd(
@@ -99,11 +101,12 @@ def _train(spec: TaskSpec, msg: Message, context: Context,
         seed=client_seed(int(cfg.get("seed", 0)), pid),
     )
     weights = get_weights(model)
-    context.state[LOCAL_STATE_KEY] = to_arrayrecord(weights)
+    record = to_arrayrecord(weights)
+    context.state[LOCAL_STATE_KEY] = record
     send = list(cfg["send-keys"]) if "send-keys" in cfg else names
     content = RecordDict(
         {
-            "arrays": to_arrayrecord({k: weights[k] for k in send}),
+            "arrays": record if send == names else to_arrayrecord({k: weights[k] for k in send}),
             "metrics": MetricRecord({"num-examples": len(y), "train-loss": loss, "partition-id": pid}),
         }
     )
