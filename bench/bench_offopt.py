@@ -8,7 +8,7 @@ never in the tests.
 
 from __future__ import annotations
 
-import time
+from timing import timed
 
 import repro.offopt as oo
 from repro.offopt.pipeline import make_regularizer
@@ -17,13 +17,9 @@ EPOCHS = 5
 
 
 def _epoch_seconds(task: oo.OfflineTask, reg: str | None, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        oo.train_surrogate(task.x_z, task.y_z, hidden=(64, 64), epochs=EPOCHS, batch_size=128, seed=0,
-                           regularizer=None if reg is None else make_regularizer(reg, seed=0))
-        best = min(best, time.perf_counter() - t)
-    return best / EPOCHS
+    return timed(lambda: oo.train_surrogate(task.x_z, task.y_z, hidden=(64, 64), epochs=EPOCHS, batch_size=128,
+                                            seed=0, regularizer=None if reg is None else make_regularizer(reg, seed=0)),
+                 repeat) / EPOCHS
 
 
 def run() -> list[tuple[str, float, str]]:

@@ -15,21 +15,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("REPRO_ROOT", str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-
-def timed(fn: Callable[[], object], repeat: int = 3) -> float:
-    """Best-of-``repeat`` wall time of ``fn`` in seconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+from timing import timed  # noqa: E402
 
 
 def bench_engines() -> list[tuple[str, float, str]]:
