@@ -135,8 +135,10 @@ def activation_table(final: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-SAFA_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddc": "FedDC (daisy chain)", "safa": "SAFA"}
-_SAFA_COLOURS = {"fedavg": "tab:gray", "fedprox": "tab:orange", "feddc": "tab:green", "safa": "tab:blue"}
+SAFA_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddyn": "FedDyn", "feddc": "FedDC (daisy chain)",
+               "safa": "SAFA"}
+_SAFA_COLOURS = {"fedavg": "tab:gray", "fedprox": "tab:orange", "feddyn": "tab:purple", "feddc": "tab:green",
+                 "safa": "tab:blue"}
 
 
 def safa_curves(curves: pd.DataFrame, alphas: list[float]) -> plt.Figure:

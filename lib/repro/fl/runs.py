@@ -212,13 +212,14 @@ def activation_claims(final: pd.DataFrame, beta: float) -> dict[str, list[float]
 
 
 # ----- SAFA -------------------------------------------------------------------
-SAFA_METHODS = ("fedavg", "fedprox", "feddc", "safa")
+SAFA_METHODS = ("fedavg", "fedprox", "feddyn", "feddc", "safa")
 
 
 def safa_run(method: str, spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active: int, seed: int,
              lam: float = 0.1, a: float = 0.95, period: int = 15, mu: float = 0.01, eval_every: int = 10,
-             engine: str = "inprocess") -> dict:
-    """One run of the SAFA comparison: ``fedavg``, ``fedprox`` (``mu``), ``feddc`` (``period``) or ``safa``.
+             engine: str = "inprocess", feddyn_alpha: float = 0.01) -> dict:
+    """One run of the SAFA comparison: ``fedavg``, ``fedprox`` (``mu``), ``feddyn`` (``feddyn_alpha``),
+    ``feddc`` (``period``) or ``safa``.
 
     Returns
     -------
@@ -226,18 +227,21 @@ def safa_run(method: str, spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, 
         ``method, alpha, seed, accuracy`` (final), ``budget_accuracy`` (mean of
         the last three evaluations) and ``curve`` (round, accuracy).
     """
+    from repro.fl.baselines import FedDyn, make_feddyn_client_app
     from repro.fl.safa import SAFA, SeededFedProx, feddc, make_regularised_client_app
 
     local = sgd.config(tau)
     strategies = {
         "fedavg": lambda: SeededFedAvg(active, local, seed=seed),
         "fedprox": lambda: SeededFedProx(active, local, seed=seed, mu=mu),
+        "feddyn": lambda: FedDyn(active, local, num_clients=spec.num_clients, alpha=feddyn_alpha, seed=seed),
         "feddc": lambda: feddc(active, local, seed=seed, period=period),
         "safa": lambda: SAFA(active, local, seed=seed, lam=lam, a=a, period=period),
     }
     if method not in strategies:
         raise ValueError(f"method must be one of {SAFA_METHODS}, got {method!r}")
-    hist = run_federated(strategies[method](), make_regularised_client_app(spec), spec.num_clients,
+    app = make_feddyn_client_app(spec) if method == "feddyn" else make_regularised_client_app(spec)
+    hist = run_federated(strategies[method](), app, spec.num_clients,
                          initial_arrays(spec, seed), rounds, central_evaluator(spec), eval_schedule(rounds, eval_every),
                          engine=engine)
     return {"method": method, "alpha": spec.alpha, "seed": seed, "accuracy": hist.final_accuracy,
@@ -251,7 +255,7 @@ def _safa_job(job: tuple) -> dict:
 def safa_sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active: int, seeds: list[int], lam: float,
                a: float, period: int, mu: float, eval_every: int, dense_alpha: float | None = None,
                engine: str = "inprocess", workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """FedAvg, FedProx, FedDC and SAFA on ``spec``'s split; FedAvg and SAFA again at ``dense_alpha`` (if given).
+    """FedAvg, FedProx, FedDyn, FedDC and SAFA on ``spec``'s split; FedAvg and SAFA again at ``dense_alpha`` (if given).
 
     Returns
     -------
