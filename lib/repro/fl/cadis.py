@@ -191,23 +191,15 @@ def kd_sgd(model: torch.nn.Module, teacher: torch.nn.Module, x: np.ndarray, y: n
         raise ValueError(f"mu must be >= 0, got {mu}")
     if mu == 0:
         return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed)
-    gen = np.random.default_rng(seed)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    model.train()
+    xt = torch.from_numpy(x)
     teacher.eval()
-    total = 0.0
-    for _ in range(steps):
-        idx = torch.from_numpy(gen.choice(len(y), size=min(batch_size, len(y)), replace=False))
-        opt.zero_grad()
-        out = model(xt[idx])
+
+    def distillation(out: torch.Tensor, idx: torch.Tensor) -> list[torch.Tensor]:
         with torch.no_grad():
             t_out = teacher(xt[idx])
-        ce = torch.nn.functional.cross_entropy(out, yt[idx])
-        (ce + mu * kd_loss(out, t_out, temperature)).backward()
-        opt.step()
-        total += ce.item()
-    return total / max(steps, 1)
+        return [mu * kd_loss(out, t_out, temperature)]
+
+    return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed, penalties=distillation)
 
 
 def _train_kd(spec: TaskSpec, msg: Message, context: Context) -> Message:

@@ -18,6 +18,8 @@ Message protocol (all keys optional except ``steps``):
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -43,8 +45,13 @@ def local_sgd(
     lr: float,
     momentum: float,
     seed: int,
+    penalties: Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]] | None = None,
 ) -> float:
     """Train ``model`` in place for ``steps`` SGD steps on mini-batches drawn with ``seed``.
+
+    ``penalties``, if given, is called at every step with the batch's logits
+    and indices and returns extra loss terms (FedProx, EWC, FedDyn, SCAFFOLD,
+    distillation), added to the cross-entropy one after another.
 
     Returns
     -------
@@ -59,10 +66,14 @@ def local_sgd(
     for _ in range(steps):
         idx = torch.from_numpy(gen.choice(len(y), size=min(batch_size, len(y)), replace=False))
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx])
+        out = model(xt[idx])
+        ce = torch.nn.functional.cross_entropy(out, yt[idx])
+        loss = ce
+        for term in penalties(out, idx) if penalties is not None else ():
+            loss = loss + term
         loss.backward()
         opt.step()
-        total += loss.item()
+        total += ce.item()
     return total / max(steps, 1)
 
 

@@ -77,29 +77,21 @@ def penalised_sgd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, steps: i
     quadratic = not (isinstance(weight, (int, float)) and weight == 0)
     if not quadratic and linear is None:
         return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed)
-    gen = np.random.default_rng(seed)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
     named = dict(model.named_parameters())
     anchors = {k: torch.from_numpy(np.asarray(anchor[k])) for k in named}
     weights = {k: (torch.from_numpy(np.asarray(weight[k])) if isinstance(weight, dict) else float(weight))
                for k in named}
     linears = None if linear is None else {k: torch.from_numpy(np.asarray(linear[k])) for k in named}
-    model.train()
-    total = 0.0
-    for _ in range(steps):
-        idx = torch.from_numpy(gen.choice(len(y), size=min(batch_size, len(y)), replace=False))
-        opt.zero_grad()
-        ce = torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx])
-        loss = ce
+
+    def terms(out: torch.Tensor, idx: torch.Tensor) -> list[torch.Tensor]:
+        out = []
         if quadratic:
-            loss = loss + sum((weights[k] * (p - anchors[k]) ** 2).sum() for k, p in named.items())
+            out.append(sum((weights[k] * (p - anchors[k]) ** 2).sum() for k, p in named.items()))
         if linears is not None:
-            loss = loss + sum((linears[k] * p).sum() for k, p in named.items())
-        loss.backward()
-        opt.step()
-        total += ce.item()
-    return total / max(steps, 1)
+            out.append(sum((linears[k] * p).sum() for k, p in named.items()))
+        return out
+
+    return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed, penalties=terms)
 
 
 def squared_gradient(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
