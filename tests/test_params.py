@@ -75,3 +75,74 @@ def test_dry_run_reports_plan(out_root):
     assert proc.returncode == 0, proc.stderr
     assert "rounds = 4" in proc.stdout and "expected time" in proc.stdout
     assert not (out_root / "build").exists()
+
+
+def _chapter_with_checks():
+    from repro.registry import parse_registry
+
+    reg = parse_registry({
+        "families": {"fam": "Family"},
+        "chapters": [{
+            "id": "x", "title": "X", "family": "fam", "notebook": "n", "bibtex": "b",
+            "parameters": {"rounds": {"type": "int", "min": 1}, "phis": {"type": "list[int]", "min": 1},
+                           "num_clients": {"type": "int", "min": 1}, "active_clients": {"type": "int", "min": 1},
+                           "lr": {"type": "float", "min": 0.0}, "offset": {"type": "float", "finite": False}},
+            "checks": [
+                {"params": ["rounds", "phis"], "expr": "all(rounds % p == 0 for p in phis)",
+                 "message": "rounds must be a multiple of every phi"},
+                {"params": ["active_clients", "num_clients"], "expr": "active_clients <= num_clients",
+                 "message": "more active clients than clients"},
+            ],
+        }],
+    })
+    return reg.get("x")
+
+
+def test_cross_field_checks_name_their_parameters():
+    ch = _chapter_with_checks()
+    ok = {"rounds": 8, "phis": [2, 4], "num_clients": 16, "active_clients": 4, "lr": 0.1, "offset": 0.0}
+    assert params.validate(ch, ok) == ok
+    with pytest.raises(params.ParameterError, match=r"'rounds', 'phis': rounds must be a multiple.*rounds=6"):
+        params.validate(ch, {**ok, "rounds": 6, "phis": [4]})
+    with pytest.raises(params.ParameterError, match=r"'active_clients', 'num_clients'.*active_clients=100"):
+        params.validate(ch, {**ok, "active_clients": 100})
+
+
+def test_registered_cross_field_checks_hold_for_every_profile(root):
+    for ch in load_registry().chapters:
+        for prof in params.PROFILES:
+            params.resolve(ch, prof)  # raises naming the parameters if a profile breaks a check
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_floats_are_refused(bad):
+    ch = _chapter_with_checks()
+    with pytest.raises(params.ParameterError, match="parameter 'lr'.*not a finite number"):
+        params.check_value("lr", ch.parameters["lr"], bad)
+    assert params.check_value("offset", ch.parameters["offset"], bad) is bad  # the schema allows it
+
+
+def test_nan_override_refused_from_the_command_line(out_root):
+    proc = subprocess.run([sys.executable, "-m", "repro.cli", "run", "fedlama", "--profile", "smoke", "-p", "lr=.nan"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "parameter 'lr'" in proc.stderr and "finite" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("smoke: [1, 2]\ncpu: {}\npaper: {}\n", "profile 'smoke' must be a mapping"),
+        ("smoke:\n  lr: 0.1\n cpu: {}\npaper: {}\n", "YAML error at line"),
+        ("- smoke\n- cpu\n", "expected a mapping of profiles"),
+    ],
+)
+def test_broken_params_file_is_one_line(tmp_path, text, fragment):
+    from dataclasses import replace
+
+    (tmp_path / "params").mkdir()
+    ch = replace(_chapter_with_checks(), id="broken")
+    (tmp_path / "params" / "broken.yaml").write_text(text)
+    with pytest.raises(params.ParameterError, match=fragment) as info:
+        params.load_profiles(ch, tmp_path)
+    msg = str(info.value)
+    assert "\n" not in msg and "broken.yaml" in msg

@@ -9,6 +9,7 @@ fails before any kernel starts, with a message naming the parameter.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ def _check_scalar(name: str, kind: str, value: Any, spec: dict[str, Any]) -> Any
         raise ParameterError(f"parameter {name!r}: expected {kind}, got bool {value!r}")
     if not isinstance(value, py):
         raise ParameterError(f"parameter {name!r}: expected {kind}, got {type(value).__name__} {value!r}")
+    if kind == "float" and spec.get("finite", True) and not math.isfinite(value):
+        raise ParameterError(f"parameter {name!r}: {value!r} is not a finite number")
     if "choices" in spec and value not in spec["choices"]:
         raise ParameterError(f"parameter {name!r}: {value!r} is not one of {spec['choices']}")
     if "min" in spec and value < spec["min"]:
@@ -110,7 +113,26 @@ def validate(chapter: Chapter, values: dict[str, Any], *, complete: bool = True)
         missing = [k for k in schema if k not in values]
         if missing:
             raise ParameterError(f"chapter {chapter.id!r}: parameter {missing[0]!r} has no value")
-    return {k: check_value(k, schema[k], v) for k, v in values.items()}
+    checked = {k: check_value(k, schema[k], v) for k, v in values.items()}
+    check_cross_fields(chapter, checked)
+    return checked
+
+
+def check_cross_fields(chapter: Chapter, values: dict[str, Any]) -> None:
+    """Apply the chapter's cross-field checks to the parameters they name that are present.
+
+    Raises
+    ------
+    ParameterError
+        Naming the parameters of the first check that fails, with their values.
+    """
+    for check in chapter.checks:
+        if not all(p in values for p in check.params):
+            continue
+        if not check.holds(values):
+            got = ", ".join(f"{p}={values[p]!r}" for p in check.params)
+            names = ", ".join(repr(p) for p in check.params)
+            raise ParameterError(f"chapter {chapter.id!r}: parameters {names}: {check.message} (got {got})")
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -127,14 +149,34 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def load_profiles(chapter: Chapter, root: Path | None = None) -> dict[str, dict[str, Any]]:
-    """Read ``params/<id>.yaml`` and return its profile sections."""
+    """Read ``params/<id>.yaml`` and return its profile sections.
+
+    Raises
+    ------
+    ParameterError
+        In one line naming the file (and the profile) when the file is not valid
+        YAML, is not a mapping, lacks a profile or has a profile that is not a mapping.
+    """
     path = (root or repo_root()) / chapter.params_file
     if not path.is_file():
-        raise FileNotFoundError(f"chapter {chapter.id!r} has no profile file {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+        raise ParameterError(f"chapter {chapter.id!r} has no profile file {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ParameterError(f"{path}: YAML error{where}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ParameterError(f"{path}: expected a mapping of profiles, got {type(data).__name__}")
     missing = [p for p in PROFILES if p not in data]
     if missing:
         raise ParameterError(f"{path}: missing profile section(s) {missing}")
+    for p in PROFILES:
+        if data[p] is not None and not isinstance(data[p], dict):
+            raise ParameterError(f"{path}: profile {p!r} must be a mapping of parameter: value, got {type(data[p]).__name__}")
     return {p: dict(data[p] or {}) for p in PROFILES}
 
 

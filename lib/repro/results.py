@@ -18,13 +18,13 @@ import math
 import os
 import platform
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from repro import atomic
 from repro.paths import repo_root, results_dir
-from repro.registry import Chapter, load_registry
+from repro.registry import PRECONDITION_NOT_MET, Chapter, load_registry
 
 LEDGER_NAME = "claims.json"
 
@@ -73,15 +73,36 @@ class Ledger:
         self.results: dict[str, ClaimResult] = {}
 
     def record(self, claim_id: str, values: Sequence[float]) -> ClaimResult:
-        """Record the per-seed values of one claim's metric and compute its verdict."""
+        """Record the per-seed values of one claim's metric and compute its verdict.
+
+        Raises
+        ------
+        ValueError
+            If a value is not finite (the message names the claim), or there are none.
+        """
         claim = self.chapter.claim(claim_id)
         vals = [float(v) for v in values]
         if not all(math.isfinite(v) for v in vals):
-            raise ValueError(f"claim {claim_id!r}: non-finite value in {vals}")
+            raise ValueError(f"chapter {self.chapter.id!r}, claim {claim_id!r}: non-finite value in {vals}")
         mean, std = summarise(vals)
-        res = ClaimResult(claim_id, vals, mean, std, len(vals), claim.verdict(mean, std))
-        self.results[claim_id] = res
-        return res
+        self.results[claim_id] = ClaimResult(claim_id, vals, mean, std, len(vals), claim.verdict(mean, std))
+        self._apply_preconditions()
+        return self.results[claim_id]
+
+    def record_all(self, values: dict[str, Sequence[float]]) -> dict[str, ClaimResult]:
+        """Record several claims at once (claim id to per-seed values); return their results."""
+        return {claim_id: self.record(claim_id, vals) for claim_id, vals in values.items()}
+
+    def _apply_preconditions(self) -> None:
+        """Give "precondition not met" to every recorded claim whose precondition claim does not hold."""
+        for claim in self.chapter.claims:
+            res = self.results.get(claim.id)
+            pre = self.results.get(claim.precondition) if claim.precondition else None
+            if res is None or pre is None:
+                continue
+            holds = self.chapter.claim(claim.precondition).sign_holds(pre.mean, pre.std)
+            verdict = claim.verdict(res.mean, res.std) if holds else PRECONDITION_NOT_MET
+            self.results[claim.id] = replace(res, verdict=verdict)
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per recorded claim, in registry order, for tables."""
@@ -95,7 +116,7 @@ class Ledger:
                     "ours (mean ± sd)": "not run" if r is None else f"{r.mean:.2f} ± {r.std:.2f} {claim.unit}".strip(),
                     "seeds": 0 if r is None else r.n,
                     "profile": self.profile,
-                    "rule": f"reproduced if {claim.reproduced}; direction only if {claim.direction_only}",
+                    "rule": claim.rule + (f"; needs {claim.precondition}" if claim.precondition else ""),
                     "verdict": "not run" if r is None else r.verdict,
                 }
             )
