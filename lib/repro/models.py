@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
+
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU,
+    "leaky_relu": lambda: nn.LeakyReLU(0.3),
+    "tanh": nn.Tanh,
+    "silu": nn.SiLU,
+}
+"""Activation factories by name (``"silu"`` is Swish)."""
 
 
 def mlp(in_features: int, hidden: Sequence[int], num_classes: int) -> nn.Sequential:

@@ -1,5 +1,7 @@
 """Offline (model-based) optimisation: tasks, surrogates, regularisers, optimisers, GP pairs, bridges.
 
+The Brownian-bridge diffusion that ROOT trains is shared by every family: :mod:`repro.bridge`.
+
 Modules
 -------
 functions
@@ -18,9 +20,6 @@ optimizers
 gp
     GP posterior means / RFF posterior samples with sampled hyper-parameters,
     and ROOT's low/high design-pair sampler.
-bridge
-    A Brownian-bridge diffusion model with classifier-free guidance and a
-    pluggable denoiser.
 pipeline
     Named methods (``"grad_ascent+boss"``, ``"root"``, ...) run end to end on a task.
 experiments
@@ -31,7 +30,7 @@ plots
     The chapters' figures (``repro.offopt.plots``; imports matplotlib).
 """
 
-from repro.offopt.bridge import (
+from repro.bridge import (
     EMA,
     BridgeSchedule,
     MLPDenoiser,
@@ -57,7 +56,12 @@ from repro.offopt.gp import (
     gp_ensemble,
     sample_design_pairs,
 )
-from repro.offopt.optimizers import as_numpy_fn, cma_es, genetic_algorithm, gradient_ascent
+from repro.offopt.optimizers import (
+    as_numpy_fn,
+    cma_es,
+    genetic_algorithm,
+    gradient_ascent,
+)
 from repro.offopt.pipeline import (
     Proposal,
     RootConfig,

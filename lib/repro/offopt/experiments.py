@@ -24,10 +24,11 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from repro.offopt._checks import check_choice, check_open_interval, check_positive_int, derive_seed
 from repro.offopt.pipeline import REGULARIZERS, fit_surrogate, parse_method, propose
 from repro.offopt.regularizers import empirical_sensitivity, gradient_norm
+from repro.offopt.seeds import derive_seed
 from repro.offopt.tasks import TASK_NAMES, OfflineTask, make_task, mean_rank
+from repro.validation import check_choice, check_open_interval, check_positive_int
 
 DIAGNOSTICS = ("sensitivity", "sharpness")
 """Surrogate diagnostics :func:`run_grid` can log (see :func:`surrogate_diagnostics`)."""

@@ -24,7 +24,8 @@ from typing import Callable, Literal
 import numpy as np
 from scipy.optimize import minimize
 
-from repro.offopt._checks import as_2d, check_choice, check_positive, check_positive_int, derive_seed
+from repro.offopt.seeds import derive_seed
+from repro.validation import as_2d, check_choice, check_positive, check_positive_int
 
 Sense = Literal["min", "max"]
 

@@ -25,14 +25,14 @@ from typing import Callable, Protocol
 import numpy as np
 import torch
 
-from repro.offopt._checks import (
+from repro.offopt.seeds import derive_seed
+from repro.validation import (
     as_1d,
     as_2d,
     check_choice,
     check_nonneg,
     check_positive,
     check_positive_int,
-    derive_seed,
 )
 
 GP_KINDS = ("posterior_mean", "rff_sample")

@@ -24,14 +24,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from repro.offopt._checks import (
+from repro.offopt.seeds import derive_seed
+from repro.validation import (
     as_2d,
     check_choice,
     check_nonneg,
     check_open_interval,
     check_positive,
     check_positive_int,
-    derive_seed,
 )
 
 ArrayFn = Callable[[np.ndarray], np.ndarray]

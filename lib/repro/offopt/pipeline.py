@@ -31,13 +31,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from repro.offopt._checks import check_choice, check_positive_int, derive_seed
-from repro.offopt.bridge import BridgeSchedule, MLPDenoiser, bridge_sample, train_bridge
+from repro.bridge import BridgeSchedule, MLPDenoiser, bridge_sample, train_bridge
 from repro.offopt.gp import build_root_pairs
-from repro.offopt.optimizers import as_numpy_fn, cma_es, genetic_algorithm, gradient_ascent
+from repro.offopt.optimizers import (
+    as_numpy_fn,
+    cma_es,
+    genetic_algorithm,
+    gradient_ascent,
+)
 from repro.offopt.regularizers import SensitivityRegularizer, SharpnessRegularizer
+from repro.offopt.seeds import derive_seed
 from repro.offopt.surrogate import seeded, train_ensemble, train_surrogate
 from repro.offopt.tasks import OfflineTask
+from repro.validation import check_choice, check_positive_int
 
 OPTIMIZERS = ("best_offline", "grad_ascent", "cma_es", "genetic", "root")
 REGULARIZERS = ("boss", "ignite", "ignite2")

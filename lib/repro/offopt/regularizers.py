@@ -31,13 +31,13 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from repro.offopt._checks import (
+from repro.offopt.surrogate import data_loss, seeded
+from repro.validation import (
     check_choice,
     check_nonneg,
     check_positive,
     check_positive_int,
 )
-from repro.offopt.surrogate import data_loss, seeded
 
 Params = dict[str, torch.Tensor]
 

@@ -23,25 +23,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from repro.offopt._checks import (
+from repro.models import ACTIVATIONS
+from repro.offopt.seeds import derive_seed
+from repro.validation import (
     as_1d,
     as_2d,
     check_choice,
     check_nonneg,
     check_positive,
     check_positive_int,
-    derive_seed,
 )
 
 T = TypeVar("T")
-
-ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
-    "relu": nn.ReLU,
-    "leaky_relu": lambda: nn.LeakyReLU(0.3),
-    "tanh": nn.Tanh,
-    "silu": nn.SiLU,
-}
-"""Activation factories by name."""
 
 LOSSES = ("mse", "nll")
 

@@ -31,15 +31,15 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from repro.offopt._checks import (
+from repro.offopt.functions import FUNCTIONS, SyntheticFunction, make_function
+from repro.offopt.seeds import derive_seed
+from repro.validation import (
     as_1d,
     as_2d,
     check_choice,
     check_open_interval,
     check_positive_int,
-    derive_seed,
 )
-from repro.offopt.functions import FUNCTIONS, SyntheticFunction, make_function
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (100.0, 80.0, 50.0)
 """The percentiles Design-Bench reports."""

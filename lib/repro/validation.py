@@ -1,4 +1,4 @@
-"""Argument checks shared by the ``repro.offopt`` modules.
+"""Argument checks for library functions of any family.
 
 Every public function validates its inputs with these helpers so that a bad
 value fails early with a :class:`ValueError` whose message names the argument.
@@ -186,23 +186,3 @@ def as_1d(name: str, y: Any, n: int | None = None) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or infinite values")
     return arr
-
-
-def derive_seed(seed: int, *keys: int) -> int:
-    """Derive an independent 31-bit seed from ``seed`` and integer ``keys``.
-
-    Parameters
-    ----------
-    seed
-        The parent seed.
-    *keys
-        Integers naming the child stream.
-
-    Returns
-    -------
-    int
-        A seed in ``[1, 2**31 - 1)`` (never 0, which some libraries read as
-        "seed from the clock").
-    """
-    ss = np.random.SeedSequence([int(seed), *[int(k) for k in keys]])
-    return int(ss.generate_state(1, dtype=np.uint32)[0] % (2**31 - 2)) + 1

@@ -1,7 +1,14 @@
-"""A Brownian-bridge diffusion model with classifier-free guidance (BBDM-style).
+"""A Brownian-bridge diffusion model with classifier-free guidance (BBDM-style), for any family.
 
-General over shapes: designs are tensors ``(B, ...)`` (vectors here, images
-in the CT-to-PET chapter), and the denoiser is any module called as
+Public API (stable):
+    ``BridgeSchedule(n_timesteps, m_min, m_max, max_var)``: the ``m_t`` / ``var_t`` schedule; ``q_sample`` and ``bridge_marginal`` draw the forward bridge.
+    ``train_bridge(denoiser, x_source, x_target, cond, *, schedule, epochs, ...) -> BridgeTrainResult`` (``model``, ``ema_model``, ``history``).
+    ``bridge_sample(denoiser, x_source, cond, *, schedule, n_steps, eta, guidance, ...)``: reverse walk from source to target estimates.
+    ``MLPDenoiser(dim, cond_dim, hidden, n_timesteps, activation)``: a vector denoiser; any module ``denoiser(x_t, t, cond)`` works.
+    Helpers: ``guided_prediction`` (classifier-free guidance), ``drop_condition``, ``sampling_steps``, ``EMA``.
+
+General over shapes: designs are tensors ``(B, ...)`` (vectors for offline
+optimisation, images for an image-to-image translation), and the denoiser is any module called as
 ``denoiser(x_t, t, cond)`` with integer steps ``t`` of shape ``(B,)`` and a
 conditioning tensor ``cond`` of shape ``(B, c)`` (or ``None``).
 
@@ -37,14 +44,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from repro.offopt._checks import (
+from repro.models import ACTIVATIONS
+from repro.validation import (
     check_choice,
     check_nonneg,
     check_open_interval,
     check_positive,
     check_positive_int,
 )
-from repro.offopt.surrogate import ACTIVATIONS
 
 
 @dataclass(frozen=True)

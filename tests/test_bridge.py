@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
-
-from repro.offopt.bridge import (
+from repro.bridge import (
     BridgeSchedule,
     MLPDenoiser,
     bridge_marginal,
@@ -17,13 +15,22 @@ from repro.offopt.bridge import (
     sampling_steps,
     train_bridge,
 )
-from repro.offopt.surrogate import seeded, torch_threads
+from torch import nn
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_torch_thread():
-    with torch_threads(1):
-        yield
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def seeded(factory, seed: int):
+    """Build a module with torch's global RNG seeded, restoring the RNG after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return factory()
 
 
 def test_schedule_variance_is_nonnegative_and_peaks_at_half() -> None:
