@@ -15,7 +15,11 @@ import argparse
 import sys
 
 from repro import params
+from repro.book import assemble
+from repro.datasets import build_all
+from repro.dvcgen import write_dvc_yaml
 from repro.registry import load_registry
+from repro.runner import RunError, execute, plan, status
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -28,8 +32,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from repro.runner import status
-
     reg = load_registry()
     print(f"{'chapter':<22} " + " ".join(f"{p:<24}" for p in params.PROFILES))
     for ch in reg.chapters:
@@ -44,8 +46,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from repro.runner import RunError, execute, plan
-
     try:
         p = plan(args.chapter, args.profile, args.param)
     except (KeyError, params.ParameterError, FileNotFoundError) as exc:
@@ -69,24 +69,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_dvc(args: argparse.Namespace) -> int:
-    from repro.dvcgen import write_dvc_yaml
-
     path = write_dvc_yaml()
     print(f"wrote {path}")
     return 0
 
 
 def _cmd_book(args: argparse.Namespace) -> int:
-    from repro.book import assemble
-
     for line in assemble(profile=args.profile):
         print(line)
     return 0
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from repro.datasets import build_all
-
     for p in build_all():
         print(f"ready: {p}")
     return 0
