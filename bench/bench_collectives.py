@@ -15,7 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from repro.collectives import build_schedule, run_mpi, simulate
+from repro.collectives.algorithms import build_schedule
+from repro.collectives.executors.launcher import run_mpi
+from repro.collectives.executors.simgrid import simulate
 from repro.collectives.experiments import build_platform, dln_platform, platform_key
 
 TARGET_S = 60.0
@@ -54,7 +56,7 @@ def _mpi_rows() -> list[tuple[str, float, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         for algos, nbytes in ((specs, 16 * 2**20), (a2a, 256 * 1024)):
             out = Path(tmp, "bench.json")
-            run_mpi(["-m", "repro.collectives.mpi_worker", "--mode", "bench", "--algos", algos, "--nbytes",
+            run_mpi(["-m", "repro.collectives.executors.mpi_worker", "--mode", "bench", "--algos", algos, "--nbytes",
                      str(nbytes), "--dtypes", "float32", "--repeats", "5", "--out", str(out)], 8, timeout=600)
             for case in json.loads(out.read_text())["cases"]:
                 what = "Allreduce" if case["kind"] == "allreduce" else "Alltoall"

@@ -22,7 +22,8 @@ def _timed(fn, repeat: int = 1) -> float:
 
 
 def _sim_rows() -> list[tuple[str, float, str]]:
-    from repro.collectives import build_schedule, simulate
+    from repro.collectives.algorithms import build_schedule
+    from repro.collectives.executors.simgrid import simulate
     from repro.collectives.kautz_experiments import NetworkSetup
     from repro.collectives.kautz_mp import kautz_allreduce
 

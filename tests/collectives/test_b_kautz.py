@@ -14,7 +14,11 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from repro.collectives import execute_reference, expected_output, schedule_cost, simgrid_available, simulate, validate
+from repro.collectives.cost import schedule_cost
+from repro.collectives.executors.mpi_worker import launch_worker
+from repro.collectives.executors.reference import execute_reference, expected_output
+from repro.collectives.executors.simgrid import simgrid_available, simulate
+from repro.collectives.ir import validate
 from repro.collectives import kautz_mp as K
 from repro.collectives.algorithms import build_schedule
 from repro.collectives.dragonfly import dragonfly, with_endpoint_overhead
@@ -177,13 +181,12 @@ def test_simgrid_matches_alpha_beta_on_kautz_and_ring_estimate() -> None:
 def test_kautz_schedules_equal_mpi_collectives(tmp_path) -> None:
     """On a real MPI (mpi4py over MPICH) the three schedules equal MPI's Allreduce, Allgather and
     Reduce_scatter exactly (int64) on 2, 6 and 12 ranks: one launch per rank count."""
-    from repro.collectives.worker_b import launch
-
-    cases = ["kautz_allreduce", "kautz_allgather", "kautz_reduce_scatter"]
+    cases = ["allreduce", "allgather", "reduce_scatter"]
     lengths = [0, 1, 13, 1003]
     for p in (2, 6, 12):
-        rep = launch(cases, p, lengths, seed=p, timeout=180)
-        assert rep["p"] == p and len(rep["cases"]) == len(cases) * len(lengths)
+        rep = launch_worker("kautz", p, ["--cases", ";".join(cases), "--lengths", ",".join(map(str, lengths)),
+                                         "--seed", str(p)], timeout=180)
+        assert rep["p"] == p and len(rep["cases"]) == len(cases) * len(lengths) == rep["n_cases"]
         bad = [c for c in rep["cases"] if not c["ok"]]
         assert not bad and rep["ok"] is True, bad
         assert {c["steps"] for c in rep["cases"] if c["case"] == "kautz_allreduce"} == {4 if p > 2 else 2}

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro.collectives import simgrid_available, validate
+from repro.collectives.executors.mpi_worker import launch_worker
+from repro.collectives.executors.simgrid import simgrid_available
+from repro.collectives.ir import validate
 from repro.collectives import sparse as S
 from repro.collectives.sparse_experiments import ClusterModel, density_sweep, gpu_cluster, replay_schedule
 
@@ -120,10 +122,8 @@ def test_sparse_ring_ring_faster_than_dense_at_low_density() -> None:
 
 def test_every_algorithm_equals_mpi_allreduce() -> None:
     """One mpiexec launch of 8 ranks (4 per node): every algorithm and density equals MPI's dense Allreduce."""
-    from repro.collectives.worker_b import launch
-
-    cases = [f"sparse:{a}:k=4:density={d!r}" for a in S.ALGORITHMS for d in (0.0, 1 / 64, 0.5, 1.0)]
-    rep = launch(cases, 8, [1, 1000], seed=3, timeout=240)
-    assert len(rep["cases"]) == len(cases) * 2
+    cases = [f"{a}:k=4:density={d!r}" for a in S.ALGORITHMS for d in (0.0, 1 / 64, 0.5, 1.0)]
+    rep = launch_worker("sparse", 8, ["--cases", ";".join(cases), "--lengths", "1,1000", "--seed", "3"], timeout=240)
+    assert len(rep["cases"]) == len(cases) * 2 == rep["n_cases"]
     bad = [c for c in rep["cases"] if not c["ok"]]
     assert not bad and rep["ok"] is True, bad

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repro.collectives import build_schedule, closed_form_cost, cost as cm
+from repro.collectives import cost as cm
+from repro.collectives.algorithms import build_schedule, closed_form_cost
 from repro.collectives.congestion import (LinkPower, congestion_cost, link_bytes_on_platform, link_energy,
                                           max_link_flows, step_link_flows)
 from repro.collectives.experiments import (a2a_claims, a2a_lower_bound, dln_claims, halving_doubling_closed_form,
@@ -18,7 +19,7 @@ from repro.collectives.experiments import (a2a_claims, a2a_lower_bound, dln_clai
                                            network_inventory, require)
 from repro.collectives.ir import link_bytes
 from repro.collectives.platforms import _loop_path, distributed_loop, fat_tree, gpu_cluster, loop_offsets
-from repro.collectives.simgrid_exec import simgrid_available, simulate
+from repro.collectives.executors.simgrid import simgrid_available, simulate
 
 GPU_KW = dict(nvlink_bandwidth=50e9, pcie_bandwidth=16e9, nic_bandwidth=12.5e9, nics_per_node=2)
 

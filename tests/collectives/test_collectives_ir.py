@@ -7,19 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from repro.collectives import (
-    ALGORITHMS,
-    Recv,
-    Send,
-    build_schedule,
-    default_node_size,
-    execute_reference,
-    get_algorithm,
-    grid_shape,
-    parse_spec,
-    split_lengths,
-    validate,
-)
+from repro.collectives.algorithms import ALGORITHMS, build_schedule, default_node_size, get_algorithm, parse_spec
+from repro.collectives.alltoall import grid_shape
+from repro.collectives.executors.reference import execute_reference
+from repro.collectives.ir import Recv, Send, split_lengths, validate
 
 
 @pytest.mark.parametrize("n", [0, 1, 5, 16, 17, 1003])

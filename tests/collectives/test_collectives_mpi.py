@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from repro.collectives import ALGORITHMS, MPIRunError, run_mpi
+from repro.collectives.algorithms import ALGORITHMS
+from repro.collectives.executors.launcher import MPIRunError, run_mpi
 from repro.collectives.algorithms import parse_spec
 
-WORKER = ["-m", "repro.collectives.mpi_worker"]
+WORKER = ["-m", "repro.collectives.executors.mpi_worker"]
 
 # Extra parameterisations per rank count, beyond each algorithm's defaults.
 EXTRA_SPECS = {
@@ -108,3 +109,49 @@ def test_bench_mode_reports_timings(tmp_path: Path) -> None:
     assert [c["algorithm"] for c in report["cases"]] == ["ring", "lr_lr", "2dfc"]
     for case in report["cases"]:
         assert case["ours_s"] > 0 and case["mpi_s"] > 0 and case["p"] == 4
+
+
+FAILING_RANK = """
+import sys
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+if comm.Get_rank() == 1:
+    if sys.argv[1] == "raise":
+        raise RuntimeError("rank 1 fails on purpose")
+    sys.exit("rank 1 gives up on purpose")
+comm.Barrier()  # the other ranks would wait here for ever without an abort
+"""
+
+
+@pytest.mark.parametrize("how", ["raise", "exit"])
+def test_failing_rank_aborts_the_job_at_once_with_its_cause(how: str, tmp_path: Path) -> None:
+    """A rank that raises or calls ``sys.exit`` while the others wait in a barrier ends the launch
+    well within the timeout, and the error carries that rank's cause (mpi4py's runner aborts)."""
+    script = tmp_path / "fails.py"
+    script.write_text(FAILING_RANK)
+    t0 = time.monotonic()
+    with pytest.raises(MPIRunError) as err:
+        run_mpi([str(script), how], 3, timeout=90)
+    assert time.monotonic() - t0 < 30
+    assert not err.value.timed_out and err.value.returncode != 0
+    cause = "rank 1 fails on purpose" if how == "raise" else "rank 1 gives up on purpose"
+    assert cause in str(err.value)
+
+
+def test_bad_algorithm_parameter_fails_instead_of_skipping(tmp_path: Path) -> None:
+    """A misspelt or invalid parameter is an error of the caller, not a case that does not apply."""
+    for spec, message in (("lr_lr:k=2,segmnts=2", "lr_lr takes"), ("lr_lr_pipe:k=2,segments=0", "segments must be")):
+        with pytest.raises(MPIRunError) as err:
+            run_worker(tmp_path, 2, "--algos", spec, "--lengths", "4", timeout=90)
+        assert message in str(err.value) and not err.value.timed_out
+
+
+def test_inapplicable_cases_are_counted_and_zero_cases_is_not_ok(tmp_path: Path) -> None:
+    """A node size that does not divide the rank count is skipped and counted; a report in which no
+    case ran is not ok."""
+    report = run_worker(tmp_path, 3, "--algos", "lr_lr:k=2", "--lengths", "1,5", "--dtypes", "int64")
+    assert report["n_cases"] == 0 and report["n_skipped"] == 2 and report["ok"] is False
+    assert all(c["ok"] is None and "does not divide" in c["skipped"] for c in report["cases"])
+    report = run_worker(tmp_path, 3, "--algos", "lr_lr:k=2;lr_lr:k=3", "--lengths", "5", "--dtypes", "int64")
+    assert report["n_cases"] == 1 and report["n_skipped"] == 1 and report["ok"] is True

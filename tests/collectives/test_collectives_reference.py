@@ -12,15 +12,9 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from repro.collectives import (
-    ALLREDUCE_ALGORITHMS,
-    ALLTOALL_ALGORITHMS,
-    Schedule,
-    build_schedule,
-    execute_reference,
-    expected_output,
-    parameter_grid,
-)
+from repro.collectives.algorithms import ALLREDUCE_ALGORITHMS, ALLTOALL_ALGORITHMS, build_schedule, parameter_grid
+from repro.collectives.executors.reference import execute_reference, expected_output
+from repro.collectives.ir import Schedule
 
 P_RANGE = range(1, 17)
 

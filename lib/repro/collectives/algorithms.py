@@ -100,6 +100,35 @@ def resolve_params(name: str, p: int, params: Mapping[str, Any] | None = None) -
     return out
 
 
+def inapplicable(name: str, p: int, params: Mapping[str, Any]) -> str | None:
+    """Why algorithm ``name`` with resolved ``params`` cannot run on ``p`` ranks, or ``None``.
+
+    A case does not apply when its node size ``k`` or grid ``rows`` does not
+    divide ``p`` (the same spec fits other rank counts).  Anything else wrong
+    with the parameters is not a reason to skip: :func:`build_schedule` raises.
+
+    Parameters
+    ----------
+    name:
+        Algorithm name or alias.
+    p:
+        Ranks.
+    params:
+        Parameters as :func:`resolve_params` returns them.
+
+    Returns
+    -------
+    str or None
+        The reason, or ``None`` when the case applies.
+    """
+    get_algorithm(name)
+    for key in ("k", "rows"):
+        value = params.get(key)
+        if isinstance(value, int) and value >= 1 and p % value:
+            return f"{key}={value} does not divide p={p}"
+    return None
+
+
 def build_schedule(name: str, p: int, n: int, **params: Any) -> Schedule:
     """Build the schedule of algorithm ``name`` for ``p`` ranks and ``n`` elements."""
     return get_algorithm(name).build(p, n, **resolve_params(name, p, params))

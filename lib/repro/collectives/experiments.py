@@ -4,7 +4,7 @@ A sweep is a list of :class:`Point` s (a platform, an algorithm, a size).  For
 each point :func:`run_points` builds the schedule, evaluates the closed-form
 alpha-beta cost (:func:`closed_form`), the platform-aware alpha-beta cost with
 link sharing (:func:`~repro.collectives.congestion.congestion_cost`) and, when
-asked, the SimGrid simulation (:func:`~repro.collectives.simgrid_exec.simulate`),
+asked, the SimGrid simulation (:func:`~repro.collectives.executors.simgrid.simulate`),
 and returns one table row.  Simulations run in child processes, so a thread
 pool overlaps them (``workers``).
 
@@ -18,9 +18,7 @@ schedules on a real MPI and compares them with MPI's own collective.
 from __future__ import annotations
 
 import functools
-import json
 import math
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +32,8 @@ from repro.collectives import platforms as plat
 from repro.collectives.algorithms import build_schedule, closed_form_cost, parse_spec
 from repro.collectives.congestion import (LinkPower, congestion_cost, link_energy, max_link_flows,
                                           step_link_flows)
-from repro.collectives.launcher import run_mpi
-from repro.collectives.simgrid_exec import simulate
+from repro.collectives.executors.mpi_worker import launch_worker
+from repro.collectives.executors.simgrid import simulate
 
 MiB = 2**20
 ITEMSIZE = 4  # float32 gradients / 4-byte elements everywhere in these chapters
@@ -486,13 +484,9 @@ def mpi_exactness(specs: Sequence[str], nprocs: int, lengths: Sequence[int], dty
     on every rank (exact for integers and all-to-alls, within the
     summation-order bound for floats).  Returns one row per case.
     """
-    with tempfile.TemporaryDirectory(prefix="repro-mpi-") as tmp:
-        out = Path(tmp, "report.json")
-        lens = ",".join(map(str, lengths))
-        run_mpi(["-m", "repro.collectives.mpi_worker", "--mode", "check", "--algos", ";".join(specs),
-                 "--lengths", lens, "--a2a-lengths", lens, "--dtypes", ",".join(dtypes), "--seed", str(seed),
-                 "--out", str(out)], nprocs, timeout=timeout)
-        report = json.loads(out.read_text())
+    lens = ",".join(map(str, lengths))
+    report = launch_worker("check", nprocs, ["--algos", ";".join(specs), "--lengths", lens, "--a2a-lengths", lens,
+                                             "--dtypes", ",".join(dtypes), "--seed", str(seed)], timeout=timeout)
     rows = [{"algorithm": c["spec"], "ranks": c["p"], "elements": c["n"], "dtype": c["dtype"],
              "equal to MPI": c["ok"], "max |error|": c.get("max_abs_err"), "steps": c.get("steps")}
             for c in report["cases"]]
@@ -500,14 +494,30 @@ def mpi_exactness(specs: Sequence[str], nprocs: int, lengths: Sequence[int], dty
 
 
 def mpi_summary(cases: pd.DataFrame) -> pd.DataFrame:
-    """One row per algorithm of :func:`mpi_exactness`'s cases: what was tested and whether all matched."""
-    g = cases.groupby("algorithm", sort=False)
-    return pd.DataFrame({
+    """One row per algorithm of :func:`mpi_exactness`'s cases: what ran, what was skipped, whether all matched.
+
+    A case that did not apply (``equal to MPI`` is ``None``) is counted as
+    skipped, never as a match.
+
+    Raises
+    ------
+    ValueError
+        If an algorithm had no case that ran (nothing was compared, so nothing
+        can be reported as equal to MPI).
+    """
+    ran = cases["equal to MPI"].notna()
+    g = cases.assign(ran=ran, matched=cases["equal to MPI"].eq(True) & ran).groupby("algorithm", sort=False)
+    out = pd.DataFrame({
         "ranks": g.ranks.first(),
         "lengths": g.elements.apply(lambda v: ", ".join(map(str, sorted(set(v))))),
         "dtypes": g.dtype.apply(lambda v: ", ".join(dict.fromkeys(v))),
-        "cases": g.size(),
-        "all equal to MPI": g["equal to MPI"].all(),
+        "cases run": g.ran.sum().astype(int),
+        "skipped": (g.size() - g.ran.sum()).astype(int),
+        "all equal to MPI": g.matched.sum() == g.ran.sum(),
         "max |error|": g["max |error|"].max(),
         "steps": g.steps.first(),
     }).reset_index()
+    none_ran = out.loc[out["cases run"] == 0, "algorithm"].tolist()
+    if none_ran:
+        raise ValueError(f"no MPI case ran for {none_ran}: every case was skipped as not applicable")
+    return out

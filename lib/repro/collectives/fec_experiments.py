@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from repro.collectives import fec
 from repro.collectives.dragonfly import with_endpoint_overhead
 from repro.collectives.npb_skeletons import (KERNELS, bytes_hops, fec_fat_tree, kernel_schedule, placement_for)
-from repro.collectives.simgrid_exec import simulate
+from repro.collectives.executors.simgrid import simulate
 
 CODES = ("rs544", "hamming_sec", "hamming_secded", "none")
 FRAME_BYTES = fec.DATA_BITS_PER_FRAME / 8

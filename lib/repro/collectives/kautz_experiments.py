@@ -25,7 +25,8 @@ from repro.collectives.algorithms import build_schedule, closed_form_cost
 from repro.collectives.dragonfly import dragonfly, with_endpoint_overhead
 from repro.collectives.ir import Schedule, messages
 from repro.collectives.platforms import Platform, kautz
-from repro.collectives.simgrid_exec import simulate
+from repro.collectives.executors.mpi_worker import KAUTZ_CASES, launch_worker
+from repro.collectives.executors.simgrid import simulate
 
 ITEMSIZE = 4  # float32 gradients
 
@@ -302,12 +303,11 @@ def mpi_exactness(degrees: list[int], seed: int = 0, lengths: tuple[int, ...] = 
     pandas.DataFrame
         One row per (degree, schedule, length): ranks, steps and ``ok``.
     """
-    from repro.collectives.worker_b import launch
-
     rows = []
     for d in degrees:
-        rep = launch(["kautz_allreduce", "kautz_allgather", "kautz_reduce_scatter"], kautz_mp.kautz_size(d),
-                     lengths, seed, timeout)
+        rep = launch_worker("kautz", kautz_mp.kautz_size(d),
+                            ["--cases", ";".join(KAUTZ_CASES), "--lengths", ",".join(map(str, lengths)),
+                             "--seed", str(seed)], timeout=timeout)
         for c in rep["cases"]:
             rows.append(dict(d=d, ranks=c["p"], schedule=c["case"], elements=c["n"], steps=c["steps"],
                              equal_to_MPI=c["ok"]))

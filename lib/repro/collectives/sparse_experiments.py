@@ -22,7 +22,8 @@ from repro.collectives.dragonfly import with_endpoint_overhead
 from repro.collectives.npb_skeletons import trace_schedule
 from repro.collectives.platforms import Platform
 from repro.collectives.platforms import gpu_cluster as cluster_platform
-from repro.collectives.simgrid_exec import simulate
+from repro.collectives.executors.mpi_worker import launch_worker
+from repro.collectives.executors.simgrid import simulate
 
 
 @dataclass(frozen=True)
@@ -167,15 +168,11 @@ def expected_fill_in(density: float, q: int) -> float:
 def mpi_exactness(algorithms: list[str], densities: list[float], p: int, k: int, lengths: tuple[int, ...],
                   seed: int = 0, timeout: float = 180.0) -> pd.DataFrame:
     """Every algorithm and density on a real MPI (one ``mpiexec -n p`` launch), against MPI's dense Allreduce."""
-    from repro.collectives.worker_b import launch
-
-    cases = [f"sparse:{a}:k={k}:density={d!r}" for a in algorithms for d in densities]
-    rep = launch(cases, p, lengths, seed, timeout)
-    rows = []
-    for c in rep["cases"]:
-        _, algo, kk, dd = c["case"].split(":")
-        rows.append(dict(algorithm=algo, density=float(dd.split("=")[1]), elements=c["n"], ranks=c["p"],
-                         equal_to_MPI=c["ok"], bytes_sent_rank0=c["bytes_sent"], result_dense=c["result_dense"]))
+    cases = [f"{a}:k={k}:density={d!r}" for a in algorithms for d in densities]
+    rep = launch_worker("sparse", p, ["--cases", ";".join(cases), "--lengths", ",".join(map(str, lengths)),
+                                      "--seed", str(seed)], timeout=timeout)
+    rows = [dict(algorithm=c["algorithm"], density=c["density"], elements=c["n"], ranks=c["p"], equal_to_MPI=c["ok"],
+                 bytes_sent_rank0=c["bytes_sent"], result_dense=c["result_dense"]) for c in rep["cases"]]
     return pd.DataFrame(rows)
 
 

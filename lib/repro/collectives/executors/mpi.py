@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from repro.collectives.ir import Schedule
-from repro.collectives.reference import BlockIndex
+from repro.collectives.executors.reference import BlockIndex
 
 TAG_BASE = 7700
 

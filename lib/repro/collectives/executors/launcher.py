@@ -1,5 +1,11 @@
 """Launch Python under ``mpiexec`` with a hard timeout and a clear error.
 
+Every rank runs ``python -m mpi4py <program>``: mpi4py's runner turns an
+unhandled exception or a non-zero ``sys.exit`` in any rank into
+``MPI_Abort``, so the whole job ends at once and the failing rank's traceback
+(or exit message) is in the error, instead of the other ranks waiting in a
+collective until the timeout.
+
 The ``mpiexec`` used is the one beside ``sys.executable`` (PyPI's ``mpich``
 puts it in the venv's ``bin/``); ``REPRO_MPIEXEC`` overrides it.  The launch
 runs in its own process group so that, on timeout, ``mpiexec`` and every rank
@@ -65,13 +71,13 @@ def _decode(data: bytes | str | None) -> str:
 
 def run_mpi(args: Sequence[str], nprocs: int, timeout: float, *, env: Mapping[str, str] | None = None,
             cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``mpiexec -n nprocs <python> *args`` and wait at most ``timeout`` seconds.
+    """Run ``mpiexec -n nprocs <python> -m mpi4py *args`` and wait at most ``timeout`` seconds.
 
     Parameters
     ----------
     args:
-        Arguments after the interpreter: a script and its arguments, or
-        ``["-m", "package.module", ...]``.
+        The program as mpi4py's runner takes it: a script and its arguments,
+        ``["-m", "package.module", ...]`` or ``["-c", "code", ...]``.
     nprocs:
         Number of ranks (oversubscription is fine with MPICH; when ``nprocs``
         exceeds the CPU count, ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1`` is set unless
@@ -92,12 +98,14 @@ def run_mpi(args: Sequence[str], nprocs: int, timeout: float, *, env: Mapping[st
     ------
     MPIRunError
         On timeout (every process of the launch is killed first) or a non-zero
-        exit; the message names the rank count, the timeout or exit code, the
-        command and the tail of stderr.
+        exit (a rank that raised or called ``sys.exit`` with a non-zero status
+        aborts the job); the message names the rank count, the timeout or exit
+        code, the command and the tail of stderr, which holds the failing
+        rank's traceback or exit message.
     """
     if nprocs < 1:
         raise ValueError("nprocs must be >= 1")
-    cmd = [str(find_mpiexec()), "-n", str(nprocs), sys.executable, *map(str, args)]
+    cmd = [str(find_mpiexec()), "-n", str(nprocs), sys.executable, "-m", "mpi4py", *map(str, args)]
     full_env = dict(os.environ)
     if nprocs > (os.cpu_count() or 1):
         # Oversubscribed: let MPICH's busy-wait loops yield the core (several times faster
