@@ -1,0 +1,32 @@
+"""Parallel I/O: collective MPI-IO, ROMIO-style two-phase writes and their exchange kernels.
+
+Core modules
+------------
+:mod:`repro.pario.decomp`
+    Decompositions of one file over ``p`` ranks as per-rank ``(offset, length)``
+    request lists: block, block-cyclic, E3SM-like irregular runs, 2-D
+    block-cyclic subarrays; the byte pattern every test writes.
+:mod:`repro.pario.mpiio`
+    MPI's own collective ``Write_at_all`` / ``Read_at_all`` with hindexed file
+    views (mpi4py over the venv's MPICH, ROMIO underneath): the baseline.
+:mod:`repro.pario.twophase`
+    ROMIO's file domains (optionally stripe-aligned), aggregator placement,
+    request splitting and the exchange plan (MPI-free).
+:mod:`repro.pario.kernels`
+    All-to-many exchange kernels (unordered, pairwise, scattered(W),
+    balanced spread-out(W)) as round tables and as schedules of the shared
+    IR (:mod:`repro.collectives.ir`), and a per-round endpoint cost model with
+    an MPI queue-search term.
+:mod:`repro.pario.mpi_twophase`
+    Our two-phase write on MPI: plan, exchange by the shared mpi4py executor,
+    aggregator writes.
+:mod:`repro.pario.mpi_worker`
+    The per-rank program that writes a decomposition with MPI and with every
+    kernel and compares the files; ``launch`` runs it through the shared
+    launcher (:mod:`repro.collectives.executors.launcher`).
+:mod:`repro.pario.exchange_sim`
+    Paper-scale exchange times: SimGrid (shared executor) on a Dragonfly and
+    the endpoint model swept over its constants.
+
+Chapters (``repro.pario.chapters``): ``tpio-spreadout``.
+"""

@@ -1,0 +1,1 @@
+"""Chapter drivers of the parallel I/O family (one module per chapter)."""

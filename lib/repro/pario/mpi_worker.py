@@ -1,0 +1,142 @@
+"""Per-rank program: ``mpiexec -n P python -m mpi4py -m repro.pario.mpi_worker --job J --out O``.
+
+For one decomposition it writes the file once with MPI's own
+``Write_at_all`` (ROMIO's two-phase, ``cb_nodes`` = our aggregator count) and
+once with our two-phase write per kernel, then checks on rank 0 that every
+file is byte-identical to MPI's and to the known pattern, and reads every
+rank's bytes back with ``Read_at_all``.  Times are the slowest rank's,
+median over repeats.  Rank 0 writes a JSON report atomically.
+
+The job (JSON) holds ``decomp`` (fields of :class:`~repro.pario.decomp.DecompSpec`),
+``aggregators``, ``stripe``, ``kernels`` (e.g. ``["unordered", "balanced:4"]``),
+``repeats``, ``workdir`` and optionally ``fail_rank`` (that rank raises before
+the exchange, to test that a failing rank ends the job).
+
+:func:`launch` runs it through the shared launcher and returns the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from repro import atomic
+from repro.collectives.executors.launcher import run_mpi
+from repro.pario import mpiio
+from repro.pario.decomp import DecompSpec, expected_file, payload
+from repro.pario.kernels import KernelSpec
+from repro.pario.mpi_twophase import two_phase_write
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _slowest(comm: Any, seconds: float) -> float:
+    from mpi4py import MPI
+
+    return float(comm.allreduce(seconds, op=MPI.MAX))
+
+
+def run_job(comm: Any, job: dict[str, Any]) -> dict[str, Any]:
+    """Run every write of ``job`` on ``comm``; rank 0 gets the full report, others a partial one."""
+    rank, p = comm.Get_rank(), comm.Get_size()
+    spec = DecompSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in job["decomp"].items()})
+    decomp = spec.build(p)
+    mine = decomp.ranks[rank]
+    data = payload(mine)
+    A = int(job["aggregators"])
+    stripe = job.get("stripe")
+    repeats = int(job.get("repeats", 1))
+    workdir = Path(job["workdir"])
+    hints = {"cb_nodes": A, "romio_cb_write": "enable", "romio_cb_read": "enable"}
+    if stripe:
+        hints["striping_unit"] = stripe
+    expected = hashlib.sha256(expected_file(decomp)).hexdigest() if rank == 0 else ""
+    report: dict[str, Any] = {"p": p, "decomposition": decomp.name, "file_size": decomp.file_size,
+                              "aggregators": A, "stripe": stripe,
+                              "pieces_total": int(comm.allreduce(mine.count)), "writes": []}
+    mpi_path = workdir / "mpi_write_at_all.bin"
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        mpiio.write_all(comm, str(mpi_path), mine, data, hints)
+        times.append(_slowest(comm, time.perf_counter() - t0))
+    back = mpiio.read_all(comm, str(mpi_path), mine, hints)
+    read_ok = bool(comm.allreduce(int(not np.array_equal(back, data)))) is False
+    mpi_digest = _digest(mpi_path) if rank == 0 else ""
+    report["mpi"] = {"write_s": float(np.median(times)), "read_back_ok": read_ok,
+                     "equals_pattern": mpi_digest == expected if rank == 0 else None}
+    for text in job["kernels"]:
+        kernel = KernelSpec.parse(text)
+        if job.get("fail_rank", -1) == rank:
+            raise RuntimeError(f"injected failure on rank {rank} before the {kernel.label} exchange")
+        path = workdir / f"twophase_{kernel.name}_{kernel.window or 0}.bin"
+        parts = []
+        for _ in range(repeats):
+            comm.Barrier()
+            timing = two_phase_write(comm, str(path), mine, data, kernel, A, stripe)
+            parts.append([_slowest(comm, x) for x in (timing.plan_s, timing.exchange_s, timing.write_s,
+                                                       timing.total_s)])
+        back = mpiio.read_all(comm, str(path), mine, hints)
+        read_ok = not comm.allreduce(int(not np.array_equal(back, data)))
+        med = np.median(np.array(parts), axis=0)
+        row = {"kernel": kernel.label, "window": kernel.window, "rounds": timing.rounds,
+               "messages": timing.messages, "plan_s": med[0], "exchange_s": med[1], "write_s": med[2],
+               "total_s": med[3], "read_back_ok": bool(read_ok)}
+        if rank == 0:
+            digest = _digest(path)
+            row.update(identical_to_mpi=digest == mpi_digest, equals_pattern=digest == expected)
+        report["writes"].append(row)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of every rank (run under ``python -m mpi4py``, which aborts the job if a rank raises)."""
+    ap = argparse.ArgumentParser(prog="repro.pario.mpi_worker", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--job", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    job = json.loads(args.job.read_text())
+    t0 = time.perf_counter()
+    report = run_job(comm, job)
+    if comm.Get_rank() == 0:
+        report["mpi_library"] = MPI.Get_library_version().splitlines()[0].strip()
+        report["elapsed_s"] = time.perf_counter() - t0
+        atomic.write_json(args.out, report)
+    return 0
+
+
+def launch(nprocs: int, job: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+    """Run ``job`` on ``nprocs`` ranks in a temporary directory; return rank 0's report.
+
+    Raises
+    ------
+    repro.collectives.executors.launcher.MPIRunError
+        If a rank fails (the job is aborted) or the launch exceeds ``timeout``.
+    """
+    with tempfile.TemporaryDirectory(prefix="repro-pario-", dir=os.environ.get("REPRO_PARIO_TMP")) as tmp:
+        job = {**job, "workdir": job.get("workdir") or tmp}
+        jpath, out = Path(tmp, "job.json"), Path(tmp, "report.json")
+        jpath.write_text(json.dumps(job))
+        env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        run_mpi(["-m", "repro.pario.mpi_worker", "--job", str(jpath), "--out", str(out)], nprocs, timeout, env=env)
+        return json.loads(out.read_text())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
