@@ -49,7 +49,8 @@ $(MATHJAX):
 	cp -r $$tmp/package/es5/output/chtml/fonts/woff-v2 book/_static/mathjax/output/chtml/fonts/; \
 	cp $$tmp/package/es5/tex-chtml.js $(MATHJAX); rm -rf $$tmp
 
-## datasets under data/, tracked by data.dvc and pushed to the local remote
+## datasets under data/, tracked by data.dvc and pushed to the local remote.  `repro data` builds
+## what is missing and refuses data that differs from data.dvc, so `dvc add` never blesses a corruption.
 data: setup
 	repro data
 	dvc add -q data

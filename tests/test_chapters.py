@@ -43,7 +43,7 @@ def test_chapter_runs_at_smoke(smoke, ch):
     out, procs = smoke
     proc = procs[ch.id]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rec = json.loads((out / "results" / ch.id / "smoke.json").read_text())
+    rec = json.loads((out / "results" / ch.id / "smoke" / "record.json").read_text())
     assert set(rec["claims"]) == {c.id for c in ch.claims}
     for c in rec["claims"].values():
         assert c["verdict"] in VERDICTS and c["n"] == len(c["values"]) >= 1
@@ -53,12 +53,12 @@ def test_chapter_runs_at_smoke(smoke, ch):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     prov = rec["provenance"]
     assert prov["command"] == f"repro run {ch.id} --profile smoke" and prov["env_lock_sha256"] != "missing"
-    nb = json.loads((out / "build" / "notebooks" / ch.id / "smoke.ipynb").read_text())
+    nb = json.loads((out / "results" / ch.id / "smoke" / "executed.ipynb").read_text())
     text = json.dumps(nb)
     assert "start_time" not in text and "end_time" not in text, "no timestamps in what DVC hashes"
     assert '"name": "stderr"' not in text, "no progress-bar timings in what DVC hashes"
     assert not any(o.get("output_type") == "error" for c in nb["cells"] for o in c.get("outputs", []))
-    assert not list((out / "build" / "staging").glob(f"{ch.id}/smoke/*")), "staging cleaned after publishing"
+    assert not (out / "build" / "staging" / ch.id).exists(), "empty staging folders removed after publishing"
 
 
 def _plain(text: str) -> str:

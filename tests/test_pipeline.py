@@ -129,7 +129,7 @@ def test_editing_a_module_reruns_only_its_chapters(tmp_path):
 
 def test_killed_run_leaves_no_complete_looking_result(root, out_root):
     """SIGKILL during execution: no ledger record, no executed notebook; an older result stays intact."""
-    old = out_root / "results" / "fedlama" / "smoke.json"
+    old = out_root / "results" / "fedlama" / "smoke" / "record.json"
     old.parent.mkdir(parents=True)
     old.write_text('{"old": true}\n')
     proc = subprocess.Popen([sys.executable, "-m", "repro.cli", "run", "fedlama", "--profile", "smoke"],
@@ -143,8 +143,8 @@ def test_killed_run_leaves_no_complete_looking_result(root, out_root):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert old.read_text() == '{"old": true}\n'
-    assert not (out_root / "results" / "fedlama" / "smoke.run.json").exists()
-    assert not (out_root / "build" / "notebooks" / "fedlama" / "smoke.ipynb").exists()
+    assert not (out_root / "results" / "fedlama" / "smoke" / "run.json").exists()
+    assert not (out_root / "results" / "fedlama" / "smoke" / "executed.ipynb").exists()
     assert not list((out_root / "results").rglob("*.tmp"))
 
 
@@ -155,18 +155,18 @@ def test_status_fresh_then_stale(root, out_root):
 
     ch = REG.get("fedlama")
     values = params.resolve(ch, "smoke")
-    res = out_root / "results" / ch.id
-    write_json(res / "smoke.json", {"parameters": values, "claims": {}})
-    write_json(res / "smoke.run.json", {"wall_time_s": 9.5, "inputs_hash": runner.inputs_hash(ch, "smoke", values)})
+    res = out_root / "results" / ch.id / "smoke"
+    write_json(res / "record.json", {"parameters": values, "claims": {}})
+    write_json(res / "run.json", {"wall_time_s": 9.5, "inputs_hash": runner.inputs_hash(ch, "smoke", values)})
     st = runner.status(ch)
     assert st["smoke"] == {"state": "fresh", "wall_time_s": 9.5}
     assert st["cpu"]["state"] == "never run"
-    write_json(res / "smoke.run.json", {"wall_time_s": 9.5, "inputs_hash": "0000"})
+    write_json(res / "run.json", {"wall_time_s": 9.5, "inputs_hash": "0000"})
     assert runner.status(ch)["smoke"]["state"] == "stale"
     # a run with overridden parameters is not a fresh result of the profile
     other = {**values, "rounds": values["rounds"] * 2}
-    write_json(res / "smoke.json", {"parameters": other, "claims": {}})
-    write_json(res / "smoke.run.json", {"wall_time_s": 1.0, "inputs_hash": runner.inputs_hash(ch, "smoke", other)})
+    write_json(res / "record.json", {"parameters": other, "claims": {}})
+    write_json(res / "run.json", {"wall_time_s": 1.0, "inputs_hash": runner.inputs_hash(ch, "smoke", other)})
     assert runner.status(ch)["smoke"]["state"] == "stale"
 
 

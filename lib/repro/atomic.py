@@ -6,12 +6,23 @@ content or the complete new one.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_bytes(path: Path, data: bytes) -> None:
@@ -23,6 +34,7 @@ def write_bytes(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())  # the usual permissions, not mkstemp's 600
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -56,3 +68,27 @@ def replace_dir(src: Path, dst: Path) -> None:
     os.replace(src, dst)
     if old.exists():
         shutil.rmtree(old)
+
+
+def exchange_dirs(src: Path, dst: Path) -> None:
+    """Put folder ``src`` in place of ``dst`` in one step; the old ``dst`` ends up at ``src``.
+
+    Uses Linux's ``renameat2(RENAME_EXCHANGE)``, so at every instant ``dst`` is
+    either the complete old folder or the complete new one.  When ``dst`` does
+    not exist yet, a plain rename does the same.
+
+    Raises
+    ------
+    OSError
+        If the kernel or file system cannot exchange the two folders.
+    """
+    src, dst = Path(src), Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if not dst.exists():
+        os.rename(src, dst)
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_EXCHANGE)
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot exchange {src} and {dst}: {os.strerror(err or errno.EIO)}")

@@ -6,7 +6,7 @@
                                    execute a chapter with papermill
 ``repro dvc``                      regenerate ``dvc.yaml`` from the registry
 ``repro book``                     assemble the book's sources (toc, scoreboard, chapters)
-``repro data``                     build the datasets under ``data/``
+``repro data``                     build the datasets under ``data/`` and check them against ``data.dvc``
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 
 from repro import params
 from repro.book import assemble
-from repro.datasets import build_all
+from repro.datasets import DataIntegrityError, build_all, verify
 from repro.dvcgen import write_dvc_yaml
 from repro.registry import load_registry
 from repro.runner import RunError, execute, plan, status
@@ -48,7 +48,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         p = plan(args.chapter, args.profile, args.param)
-    except (KeyError, params.ParameterError, FileNotFoundError) as exc:
+    except (KeyError, params.ParameterError, FileNotFoundError, DataIntegrityError) as exc:
         print(f"repro run: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
     if args.dry_run:
@@ -83,6 +83,11 @@ def _cmd_book(args: argparse.Namespace) -> int:
 def _cmd_data(args: argparse.Namespace) -> int:
     for p in build_all():
         print(f"ready: {p}")
+    try:
+        verify()
+    except DataIntegrityError as exc:
+        print(f"repro data: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -111,7 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``repro`` command."""
     args = build_parser().parse_args(argv)
-    return int(args.fn(args))
+    try:
+        return int(args.fn(args))
+    except KeyboardInterrupt:
+        print(f"repro {args.cmd}: interrupted; nothing was published", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
 
 
 if __name__ == "__main__":

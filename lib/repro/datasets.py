@@ -9,14 +9,17 @@ DVC tracks through ``data.dvc``.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from repro import atomic
-from repro.paths import data_dir
+from repro.paths import data_dir, repo_root
 
 FASHION_MNIST_SRC = Path("/usr/share/datasets/fashion-mnist")
 _FMNIST_FILES = {
@@ -173,3 +176,92 @@ def load(name: str, n_train: int | None = None, seed: int = 0) -> Dataset:
 def build_all() -> list[Path]:
     """Create every converted dataset under ``data/`` (idempotent)."""
     return [convert_fashion_mnist()]
+
+
+class DataIntegrityError(RuntimeError):
+    """The files under ``data/`` differ from what ``data.dvc`` records."""
+
+
+REPAIR = "repair with `dvc checkout --force data.dvc` (or `rm -rf data && make data`)"
+
+
+def manifest(root: Path | None = None) -> dict[str, str]:
+    """MD5 of every file under ``data/`` by path relative to it, as DVC records them."""
+    root = Path(root) if root else data_dir()
+    return {
+        f.relative_to(root).as_posix(): hashlib.md5(f.read_bytes()).hexdigest()
+        for f in sorted(p for p in root.rglob("*") if p.is_file())
+    }
+
+
+def dir_hash(entries: dict[str, str]) -> str:
+    """DVC's hash of a folder from its manifest (``<md5>.dir``)."""
+    listing = [{"md5": md5, "relpath": rel} for rel, md5 in sorted(entries.items())]
+    return hashlib.md5(json.dumps(listing, sort_keys=True).encode()).hexdigest() + ".dir"
+
+
+def recorded_hash(root: Path | None = None) -> str | None:
+    """The folder hash ``data.dvc`` records for ``data/``, or None if there is no ``data.dvc``."""
+    dvc_file = (root or repo_root()) / "data.dvc"
+    if not dvc_file.is_file():
+        return None
+    return next(o["md5"] for o in yaml.safe_load(dvc_file.read_text())["outs"] if o["path"] == "data")
+
+
+def recorded_manifest(root: Path | None = None) -> dict[str, str] | None:
+    """The per-file MD5s behind ``data.dvc``'s hash, from the DVC cache (None if not cached)."""
+    root = root or repo_root()
+    h = recorded_hash(root)
+    if h is None:
+        return None
+    cached = root / ".dvc" / "cache" / "files" / "md5" / h[:2] / h[2:]
+    if not cached.is_file():
+        return None
+    return {e["relpath"]: e["md5"] for e in json.loads(cached.read_text())}
+
+
+def verify(dataset: str | None = None, root: Path | None = None) -> None:
+    """Check the files under ``data/`` (or ``data/<dataset>/``) against ``data.dvc``.
+
+    Parameters
+    ----------
+    dataset
+        A dataset folder under ``data/``; None checks the whole folder.
+    root
+        The repository root.
+
+    Raises
+    ------
+    DataIntegrityError
+        Naming the dataset, the files that differ and the repair command.
+    """
+    root = root or repo_root()
+    expected = recorded_hash(root)
+    if expected is None:
+        return
+    folder = root / "data"
+    if dataset is not None and not (folder / dataset).is_dir():
+        raise DataIntegrityError(f"dataset {dataset!r}: {folder / dataset} is missing; run `make data` (or `repro data`)")
+    current = manifest(folder)
+    if dir_hash(current) == expected:
+        return
+    recorded = recorded_manifest(root)
+    if recorded is None:
+        raise DataIntegrityError(f"data/ differs from data.dvc ({expected}); {REPAIR}")
+    changed = sorted(k for k in set(current) | set(recorded) if current.get(k) != recorded.get(k))
+    if dataset is not None:
+        changed = [k for k in changed if k.startswith(f"{dataset}/")]
+        if not changed:
+            return
+    label = f"dataset {dataset!r}" if dataset else "data/"
+    raise DataIntegrityError(
+        f"{label} differs from data.dvc in {', '.join('data/' + k for k in changed)}; {REPAIR}"
+    )
+
+
+def fingerprint(dataset: str, root: Path | None = None) -> str:
+    """A hash of the files of one dataset under ``data/`` (part of a run's input fingerprint)."""
+    folder = (root or repo_root()) / "data" / dataset
+    if not folder.is_dir():
+        return "missing"
+    return hashlib.sha256(json.dumps(manifest(folder), sort_keys=True).encode()).hexdigest()[:16]

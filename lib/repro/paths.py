@@ -44,9 +44,33 @@ def results_dir(chapter_id: str) -> Path:
     return output_root() / "results" / chapter_id
 
 
+def published_dir(chapter_id: str, profile: str) -> Path:
+    """The published set of a chapter's run at ``profile``: record, run, executed notebook, figures.
+
+    The runner replaces this folder as a whole, in one step, so its files
+    always belong to one run.
+    """
+    return results_dir(chapter_id) / profile
+
+
+def record_file(chapter_id: str, profile: str) -> Path:
+    """The published ledger record (claims, parameters, provenance)."""
+    return published_dir(chapter_id, profile) / "record.json"
+
+
+def run_file(chapter_id: str, profile: str) -> Path:
+    """The published run facts (wall time, when, input fingerprint)."""
+    return published_dir(chapter_id, profile) / "run.json"
+
+
 def executed_notebook(chapter_id: str, profile: str) -> Path:
     """Path of the notebook papermill executed for ``chapter_id`` at ``profile``."""
-    return output_root() / "build" / "notebooks" / chapter_id / f"{profile}.ipynb"
+    return published_dir(chapter_id, profile) / "executed.ipynb"
+
+
+def failed_notebook(chapter_id: str, profile: str) -> Path:
+    """Where the executed notebook of a failed run is kept for inspection."""
+    return output_root() / "build" / "failed" / chapter_id / f"{profile}.ipynb"
 
 
 def data_dir() -> Path:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from repro import atomic
-from repro.paths import repo_root, results_dir
+from repro.paths import record_file, repo_root, run_file
 from repro.registry import PRECONDITION_NOT_MET, Chapter, load_registry
 
 LEDGER_NAME = "claims.json"
@@ -196,11 +196,11 @@ def hardware() -> str:
 
 def load_result(chapter_id: str, profile: str) -> dict[str, Any] | None:
     """Return the published record of ``chapter_id`` at ``profile``, or ``None``."""
-    p = results_dir(chapter_id) / f"{profile}.json"
+    p = record_file(chapter_id, profile)
     if not p.is_file():
         return None
     rec = json.loads(p.read_text())
-    run = results_dir(chapter_id) / f"{profile}.run.json"
+    run = run_file(chapter_id, profile)
     if run.is_file():
         rec["run"] = json.loads(run.read_text())
     return rec

@@ -1,30 +1,37 @@
-"""Run a chapter: validate its parameters, execute it with papermill, publish.
+"""Run a chapter: validate its parameters and data, execute it with papermill, publish.
 
 A run stages everything in ``build/staging/<id>/<profile>/``.  Only after the
-notebook finished without error and saved its ledger are the outputs moved
-into place, the ledger record last, each by an atomic rename.  A failed or
-killed run therefore never leaves a result that looks complete.
+notebook finished without error and saved its ledger is the staged folder
+(record, run facts, executed notebook, figures) put in place of the published
+one, ``results/<id>/<profile>/``, in a single exchange.  A failed or killed
+run therefore never leaves a result that looks complete, nor a mixture of two
+runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import signal
 import statistics
+import threading
 import sys
+import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
-from repro import atomic, deps, params, results
-from repro.paths import executed_notebook, output_root, repo_root, results_dir
+from repro import atomic, datasets, deps, params, results
+from repro.paths import failed_notebook, output_root, published_dir, repo_root, results_dir
 from repro.registry import Chapter, load_registry
 
 RUNTIME_PARAMS = ("profile", "output_dir")
@@ -60,6 +67,9 @@ def inputs_hash(chapter: Chapter, profile: str, values: dict[str, Any], root: Pa
     for f in chapter_inputs(chapter, root):
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes() if f.is_file() else b"<missing>")
+    for name in chapter.datasets:
+        h.update(f"dataset {name}".encode())
+        h.update(datasets.fingerprint(name).encode())
     h.update(yaml.safe_dump({"profile": profile, "values": values}, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
@@ -69,7 +79,15 @@ def history(chapter_id: str) -> list[dict[str, Any]]:
     p = results_dir(chapter_id) / "runs.jsonl"
     if not p.is_file():
         return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    out = []
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            warnings.warn(f"{p}: line {n} is torn (a run was killed while appending); skipped", stacklevel=2)
+    return out
 
 
 def expected_seconds(chapter_id: str, profile: str) -> float | None:
@@ -100,6 +118,8 @@ def plan(chapter_id: str, profile: str = params.DEFAULT_PROFILE, overrides: list
     chapter = load_registry().get(chapter_id)
     parsed = dict(params.parse_override(o) for o in overrides or [])
     values = params.resolve(chapter, profile, parsed)
+    for name in chapter.datasets:
+        datasets.verify(name)
     return Plan(chapter, profile, values, expected_seconds(chapter_id, profile))
 
 
@@ -144,20 +164,27 @@ def command_line(p: Plan, overrides: list[str] | None) -> str:
 
 
 def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = False) -> dict[str, Any]:
-    """Execute a planned run with papermill and publish its outputs atomically.
+    """Execute a planned run with papermill and publish its outputs as one set.
 
     Returns
     -------
     dict
         The published ledger record (claims plus provenance).
+
+    Raises
+    ------
+    RunError
+        If the notebook fails or saves no ledger; nothing is published then.
     """
     import papermill as pm
 
     root = repo_root()
     ch = p.chapter
     lock = _lock(ch.id, p.profile)
+    staging = output_root() / "build" / "staging" / ch.id / p.profile
+    kernel_tmp = Path(tempfile.mkdtemp(prefix="repro-kernel-"))
+    saved_tempdir = tempfile.tempdir
     try:
-        staging = output_root() / "build" / "staging" / ch.id / p.profile
         if staging.exists():
             shutil.rmtree(staging)
         (staging / "figures").mkdir(parents=True)
@@ -165,19 +192,25 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
         values = {**p.values, "profile": p.profile, "output_dir": str(staging)}
         os.environ.setdefault("REPRO_ROOT", str(root))
         os.environ.pop("MPLBACKEND", None)  # a non-inline backend would drop the figures from the page
+        tempfile.tempdir = str(kernel_tmp)  # kernel connection files go here and are removed, even on Ctrl-C
         t0 = time.monotonic()
         try:
-            pm.execute_notebook(
-                str(root / ch.notebook), str(staged_nb), parameters=values, kernel_name="python3",
-                cwd=str(root), progress_bar=False, log_output=log_output,
-            )
+            with _interrupts_noted() as interrupted:
+                pm.execute_notebook(
+                    str(root / ch.notebook), str(staged_nb), parameters=values, kernel_name="python3",
+                    cwd=str(root), progress_bar=False, log_output=log_output,
+                )
         except Exception as exc:  # papermill raises PapermillExecutionError and others
-            failed = executed_notebook(ch.id, p.profile).with_suffix(".failed.ipynb")
+            if interrupted.is_set():  # Ctrl-C reached the kernel too, which then "died"
+                raise KeyboardInterrupt from None
+            failed = failed_notebook(ch.id, p.profile)
             if staged_nb.is_file():
                 atomic.write_bytes(failed, staged_nb.read_bytes())
             _append_history(ch.id, {"profile": p.profile, "ok": False, "wall_time_s": time.monotonic() - t0,
                                     "finished_at": _now()})
             raise RunError(f"chapter {ch.id!r} failed at profile {p.profile!r}: {exc}\n(notebook kept at {failed})") from exc
+        finally:
+            tempfile.tempdir = saved_tempdir
         wall = time.monotonic() - t0
         ledger = staging / results.LEDGER_NAME
         if not ledger.is_file():
@@ -203,17 +236,59 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
         }
         run = {"profile": p.profile, "ok": True, "wall_time_s": round(wall, 2), "finished_at": _now(),
                "inputs_hash": inputs_hash(ch, p.profile, p.values, root)}
-        # publish: notebook, figures, then the ledger record, each atomically
-        atomic.write_text(executed_notebook(ch.id, p.profile), nb_text)
-        atomic.replace_dir(staging / "figures", results_dir(ch.id) / p.profile / "figures")
-        atomic.write_json(results_dir(ch.id) / f"{p.profile}.run.json", run)
-        atomic.write_json(results_dir(ch.id) / f"{p.profile}.json", record)
+        atomic.write_text(staged_nb, nb_text)
+        atomic.write_json(staging / "run.json", run)
+        atomic.write_json(staging / "record.json", record)
+        publish(staging, published_dir(ch.id, p.profile))
         _append_history(ch.id, run)
-        shutil.rmtree(staging, ignore_errors=True)
         record["run"] = run
         return record
     finally:
+        tempfile.tempdir = saved_tempdir
+        shutil.rmtree(kernel_tmp, ignore_errors=True)
+        _remove_empty_parents(staging)
         lock.close()
+
+
+@contextlib.contextmanager
+def _interrupts_noted() -> Iterator[threading.Event]:
+    """Note a Ctrl-C (and still raise ``KeyboardInterrupt``) while a kernel runs."""
+    noted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        noted.set()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def publish(staged: Path, published: Path) -> None:
+    """Put the staged set in place of the published one in one step, then drop the old set.
+
+    A kill at any instant leaves either the old set or the new one at
+    ``published``; the old set, moved to ``staged`` by the exchange, is removed
+    afterwards (or by the next run, which clears its staging folder first).
+    """
+    atomic.exchange_dirs(staged, published)
+    shutil.rmtree(staged, ignore_errors=True)
+
+
+def _remove_empty_parents(staging: Path) -> None:
+    """Remove the staging folder and its chapter folder if a run left them empty."""
+    for d in (staging, staging.parent):
+        if not d.exists():
+            continue
+        try:
+            d.rmdir()
+        except OSError:
+            break
 
 
 def _now() -> str:
@@ -225,6 +300,8 @@ def _append_history(chapter_id: str, entry: dict[str, Any]) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     with open(p, "a") as fh:
         fh.write(json.dumps(entry, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def status(chapter: Chapter) -> dict[str, dict[str, Any]]:
