@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import repro.offopt as oo
+from repro.offopt.optimizers import as_numpy_fn
 from repro.offopt.pipeline import parse_method, propose, run_method
 from repro.offopt.surrogate import torch_threads
+from repro.offopt.tasks import OfflineTask, make_task
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -17,8 +18,8 @@ def _one_torch_thread():
 
 
 @pytest.fixture(scope="module")
-def task() -> oo.OfflineTask:
-    return oo.make_task("ackley", 3, n=300, q=50, seed=0, n_ref=1000)
+def task() -> OfflineTask:
+    return make_task("ackley", 3, n=300, q=50, seed=0, n_ref=1000)
 
 
 TINY = dict(
@@ -32,7 +33,7 @@ TINY = dict(
 @pytest.mark.parametrize(
     "method", ["best_offline", "grad_ascent", "cma_es", "genetic", "grad_ascent+boss", "cma_es+ignite", "genetic+ignite2", "root"]
 )
-def test_methods_return_k_candidates_in_the_box_deterministically(task: oo.OfflineTask, method: str) -> None:
+def test_methods_return_k_candidates_in_the_box_deterministically(task: OfflineTask, method: str) -> None:
     kw = {k: v for k, v in TINY.items()}
     if method.startswith("grad_ascent+boss"):
         kw["regularizer_kwargs"] = {"n_gamma": 5}
@@ -46,22 +47,22 @@ def test_methods_return_k_candidates_in_the_box_deterministically(task: oo.Offli
         assert a.extras["regularizer_history"] and len(a.extras["regularizer_history"][0]) > 0
 
 
-def test_best_offline_returns_the_top_of_the_offline_set(task: oo.OfflineTask) -> None:
+def test_best_offline_returns_the_top_of_the_offline_set(task: OfflineTask) -> None:
     prop = propose(task, "best_offline", n_candidates=8)
     top = np.sort(task.y)[-8:][::-1]
     np.testing.assert_allclose(task.score(prop.candidates), top, atol=1e-12)
 
 
-def test_run_method_reports_percentiles_of_its_scores(task: oo.OfflineTask) -> None:
+def test_run_method_reports_percentiles_of_its_scores(task: OfflineTask) -> None:
     row = run_method(task, "grad_ascent", seed=0, **TINY)
     assert row["p100"] == pytest.approx(row["scores"].max())
     assert row["p50"] == pytest.approx(np.median(row["scores"]))
     assert row["task"] == task.name and row["method"] == "grad_ascent" and row["seconds"] > 0
 
 
-def test_gradient_ascent_raises_the_surrogate_value_over_its_starts(task: oo.OfflineTask) -> None:
+def test_gradient_ascent_raises_the_surrogate_value_over_its_starts(task: OfflineTask) -> None:
     prop = propose(task, "grad_ascent", seed=0, **TINY)
-    fn = oo.as_numpy_fn(prop.surrogate)
+    fn = as_numpy_fn(prop.surrogate)
     starts = task.to_z(task.best_offline(16))
     assert fn(prop.candidates_z).mean() > fn(starts).mean()
 
@@ -76,6 +77,6 @@ def test_method_names_are_validated() -> None:
     assert parse_method("cma_es+boss") == ("cma_es", "boss")
 
 
-def test_unknown_config_fields_are_rejected(task: oo.OfflineTask) -> None:
+def test_unknown_config_fields_are_rejected(task: OfflineTask) -> None:
     with pytest.raises(ValueError, match="epoch"):
         propose(task, "grad_ascent", surrogate={"epoch": 3})

@@ -1,10 +1,13 @@
-"""Experiment drivers of the offline-optimisation chapters (ROOT, BOSS, IGNITE).
+"""The experiment grid every offline-optimisation chapter runs (ROOT, BOSS, IGNITE).
 
 One grid runner serves the three chapters: methods x tasks x seeds under the
 Design-Bench protocol, returned as a tidy table (one row per run) plus the
 candidates and their normalised scores.  The helpers below turn that table into
-the chapters' main-table miniatures (mean and spread per task, mean rank) and
-into the per-seed values the results ledger turns into verdicts.
+the main-table miniatures (mean and spread per task, mean rank), and into the
+paired regularised-against-vanilla comparisons that the BOSS and IGNITE
+chapters both judge.  :class:`GridSettings` holds the settings the chapters
+share, named as in their parameter schemas; each chapter's driver in
+:mod:`repro.offopt.chapters` extends it with its own.
 
 Surrogate sharing: within one ``(task, seed)`` the surrogate of an optimiser
 depends only on the regulariser, so :func:`run_grid` trains it once and lets
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -74,6 +77,66 @@ def as_method_spec(method: str | MethodSpec) -> MethodSpec:
     if not isinstance(method, str):
         raise ValueError(f"methods must be names or MethodSpec objects, got {type(method).__name__}")
     return MethodSpec(method, method)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridSettings:
+    """The settings every offline-optimisation chapter shares, named as in the chapters' schemas.
+
+    Lists are stored as tuples, so a record is hashable and cannot change
+    after it is built.
+
+    Attributes
+    ----------
+    tasks
+        Task names (:data:`repro.offopt.tasks.TASK_NAMES`).
+    dim
+        Design dimension of the synthetic tasks.
+    n_pool, q, n_ref
+        Pool size, percent of the pool kept as the offline set, and the extra
+        draws that fix each task's normalisation range.
+    n_candidates
+        Designs each method proposes (``K``).
+    seeds
+        Run seeds.
+    hidden, surrogate_epochs
+        Surrogate MLP widths and training epochs.
+    grad_steps, grad_lr
+        Gradient ascent's Adam steps and step size in z-space.
+    cma_starts, cma_generations
+        CMA-ES runs (from the best offline designs) and generations per run.
+    """
+
+    tasks: tuple[str, ...]
+    dim: int
+    n_pool: int
+    q: float
+    n_ref: int
+    n_candidates: int
+    seeds: tuple[int, ...]
+    hidden: tuple[int, ...]
+    surrogate_epochs: int
+    grad_steps: int
+    grad_lr: float
+    cma_starts: int
+    cma_generations: int
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "seeds", "hidden"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def build_tasks(self) -> list[OfflineTask]:
+        """The chapter's tasks (:func:`build_tasks` with the pool settings)."""
+        return build_tasks(self.tasks, self.dim, n=self.n_pool, q=self.q, n_ref=self.n_ref)
+
+    def surrogate_config(self) -> dict[str, Any]:
+        """Overrides of :class:`repro.offopt.pipeline.SurrogateConfig`."""
+        return {"hidden": list(self.hidden), "epochs": self.surrogate_epochs}
+
+    def search_config(self) -> dict[str, Any]:
+        """Overrides of :class:`repro.offopt.pipeline.SearchConfig`."""
+        return {"grad_steps": self.grad_steps, "grad_lr": self.grad_lr, "cma_starts": self.cma_starts,
+                "cma_generations": self.cma_generations}
 
 
 @dataclass
@@ -445,56 +508,6 @@ def diagnostic_reduction(rows: pd.DataFrame, regularizer: str, column: str) -> l
     return [float(100.0 * (1.0 - r / v)) for v, r in zip(means["none"], means[regularizer])]
 
 
-def root_claims(
-    rows: pd.DataFrame,
-    method: str = "root",
-    baseline: str = "grad_ascent",
-    metric: str = "p100",
-    compare: Sequence[str] | None = None,
-) -> dict[str, list[float]]:
-    """Per-seed values of the ROOT chapter's claims.
-
-    Parameters
-    ----------
-    rows
-        Grid rows.
-    method
-        ROOT's label.
-    baseline
-        The surrogate baseline of the third claim.
-    metric
-        Score percentile.
-    compare
-        The methods ROOT is ranked against (default: every other label in the
-        grid); pass the baselines to keep ROOT's own ablations out of the ranking.
-
-    Returns
-    -------
-    dict
-        ``rank_gap_vs_best_other``: ROOT's mean rank minus the best mean rank
-        among ``compare`` (<= 0: ROOT ranks first);
-        ``frac_tasks_beyond_offline``: share of tasks where ROOT's ``metric``
-        exceeds the best offline design's score;
-        ``gain_vs_baseline_points``: ROOT minus ``baseline``, mean over tasks, points.
-    """
-    labels = set(rows.method)
-    compare = [m for m in (compare if compare is not None else dict.fromkeys(rows.method)) if m != method]
-    for m in (method, baseline, *compare):
-        if m not in labels:
-            raise ValueError(f"method {m!r} is not in the grid")
-    if not compare:
-        raise ValueError("ROOT needs at least one method to be ranked against")
-    ranks = mean_rank_by_seed(rows[rows.method.isin([method, *compare])], metric)
-    r = rows[rows.method == method].set_index(["seed", "task"])
-    b = rows[rows.method == baseline].set_index(["seed", "task"])[metric]
-    seeds = sorted(set(rows.seed))
-    return {
-        "rank_gap_vs_best_other": [float(ranks.loc[s, method] - ranks.loc[s, compare].min()) for s in seeds],
-        "frac_tasks_beyond_offline": [float((r.loc[s, metric] > r.loc[s, "best_offline"]).mean()) for s in seeds],
-        "gain_vs_baseline_points": [float(100.0 * (r.loc[s, metric] - b.loc[s]).mean()) for s in seeds],
-    }
-
-
 def regularised_methods(optimizers: Sequence[str], regularizers: Sequence[str]) -> list[str]:
     """Method names ``opt, opt+reg1, opt+reg2, ...`` for each base optimiser, in order.
 
@@ -522,11 +535,6 @@ def regularised_methods(optimizers: Sequence[str], regularizers: Sequence[str]) 
     if len(set(out)) != len(out):
         raise ValueError(f"optimizers and regularizers must not repeat, got {list(optimizers)} and {list(regularizers)}")
     return out
-
-
-def with_labels(methods: Iterable[str], labels: Mapping[str, str]) -> list[str]:
-    """Display names for method labels (unknown ones unchanged)."""
-    return [labels.get(m, m) for m in methods]
 
 
 def task_summary(tasks: Sequence[OfflineTask]) -> pd.DataFrame:

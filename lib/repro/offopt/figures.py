@@ -1,14 +1,19 @@
-"""Figures of the offline-optimisation chapters (ROOT, BOSS, IGNITE)."""
+"""Figures that two or more offline-optimisation chapters draw.
+
+Scores per task (all three chapters), and the regularised-against-vanilla
+gains and surrogate diagnostics that BOSS and IGNITE both show.  Figures only
+one chapter draws live in that chapter's driver.
+"""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from repro.offopt.tasks import OfflineTask
+from repro.offopt.grid import SURROGATE_OPTIMIZERS
 
 _PALETTE = ["tab:gray", "tab:blue", "tab:cyan", "tab:orange", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:pink"]
 
@@ -26,7 +31,7 @@ def scores_by_task(rows: pd.DataFrame, metric: str = "p100", title: str | None =
     Parameters
     ----------
     rows
-        :attr:`repro.offopt.experiments.GridResult.rows`.
+        :attr:`repro.offopt.grid.GridResult.rows`.
     metric
         ``"p100"``, ``"p80"`` or ``"p50"``.
     title
@@ -60,96 +65,6 @@ def scores_by_task(rows: pd.DataFrame, metric: str = "p100", title: str | None =
     return fig
 
 
-def candidate_distributions(
-    scores: Mapping[tuple[str, str, int], np.ndarray], tasks: Sequence[str], methods: Sequence[str], seed: int,
-    best_offline: Mapping[str, float] | None = None,
-) -> plt.Figure:
-    """Box plots of the normalised scores of all ``K`` candidates, per task and method (one seed).
-
-    Parameters
-    ----------
-    scores
-        :attr:`repro.offopt.experiments.GridResult.scores`.
-    tasks, methods
-        What to show, in order.
-    seed
-        The seed shown.
-    best_offline
-        Optional ``task -> `` best offline normalised score (dashed line).
-    """
-    colours = method_colours(methods)
-    fig, axes = plt.subplots(1, len(tasks), figsize=(max(3.2 * len(tasks), 5.0), 3.6), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        data = [scores[(task, m, seed)] for m in methods]
-        bp = ax.boxplot(data, patch_artist=True, widths=0.6, showfliers=False)
-        for patch, m in zip(bp["boxes"], methods):
-            patch.set_facecolor(colours[m])
-            patch.set_alpha(0.5)
-        for i, d in enumerate(data):
-            ax.scatter(np.full(len(d), i + 1) + np.random.default_rng(i).uniform(-0.18, 0.18, len(d)), d, s=3,
-                       color=colours[methods[i]], alpha=0.6, zorder=3)
-        if best_offline is not None:
-            ax.axhline(best_offline[task], color="black", linestyle="--", linewidth=1)
-        ax.set_xticks(range(1, len(methods) + 1), methods, rotation=40, ha="right")
-        ax.set_title(task)
-        ax.grid(axis="x", visible=False)
-    axes[0][0].set_ylabel("normalised score of each candidate")
-    fig.tight_layout()
-    return fig
-
-
-def _pca2(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and the two leading principal axes (rows) of ``a``."""
-    mean = a.mean(axis=0)
-    _, _, vt = np.linalg.svd(a - mean, full_matrices=False)
-    return mean, vt[:2]
-
-
-def bridge_translation(task: OfflineTask, start_z: np.ndarray, end_z: np.ndarray, max_arrows: int = 64) -> plt.Figure:
-    """Where the bridge moves its starting designs, in a 2-D PCA view of the offline set.
-
-    Left: the offline set (grey), the starting designs (the best offline ones)
-    and the candidates they were translated into, with arrows for the first
-    ``max_arrows`` pairs; the PCA axes are those of the offline set.  Right: the
-    oracle's normalised score of each start against its candidate (points above
-    the diagonal were improved by the translation).
-
-    Parameters
-    ----------
-    task
-        The task (offline set and oracle).
-    start_z, end_z
-        Starting designs and their translations in z-space, row-aligned, shape ``(k, d)``.
-    max_arrows
-        Arrows drawn.
-    """
-    if start_z.shape != end_z.shape:
-        raise ValueError(f"start_z and end_z must have the same shape, got {start_z.shape} and {end_z.shape}")
-    mean, axes_ = _pca2(task.x_z)
-    proj = lambda a: (a - mean) @ axes_.T  # noqa: E731
-    off, s, e = proj(task.x_z), proj(start_z), proj(end_z)
-    s_score = task.normalise(task.score(task.from_z(start_z)))
-    e_score = task.normalise(task.score(task.from_z(end_z)))
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4.2))
-    ax.scatter(off[:, 0], off[:, 1], s=4, color="lightgray", label="offline set")
-    ax.scatter(s[:, 0], s[:, 1], s=12, color="tab:blue", label="start (best offline)")
-    sc = ax.scatter(e[:, 0], e[:, 1], s=16, c=e_score, cmap="viridis", marker="^", label="candidate (colour: score)")
-    for i in range(min(max_arrows, len(s))):
-        ax.annotate("", xy=e[i], xytext=s[i], arrowprops={"arrowstyle": "->", "color": "tab:blue", "alpha": 0.35, "lw": 0.7})
-    fig.colorbar(sc, ax=ax, label="normalised score")
-    ax.set_xlabel("PC 1 of the offline set (z-space)")
-    ax.set_ylabel("PC 2")
-    ax.legend(loc="best", fontsize=8)
-    lo, hi = float(min(s_score.min(), e_score.min())), float(max(s_score.max(), e_score.max()))
-    bx.scatter(s_score, e_score, s=10, color="tab:green")
-    bx.plot([lo, hi], [lo, hi], color="black", linestyle="--", linewidth=1)
-    bx.set_xlabel("score of the start")
-    bx.set_ylabel("score of its candidate")
-    bx.set_title(f"{task.name}: {float(np.mean(e_score > s_score)):.0%} of starts improved")
-    fig.tight_layout()
-    return fig
-
-
 def diagnostic_pairs(rows: pd.DataFrame, regularizer: str, column: str, label: str) -> plt.Figure:
     """Vanilla against regularised surrogate, one point per (task, seed), for a logged diagnostic.
 
@@ -168,7 +83,7 @@ def diagnostic_pairs(rows: pd.DataFrame, regularizer: str, column: str, label: s
     """
     base = column.rsplit("_", 1)[0]
     cols = [c for c in (f"{base}_offline", f"{base}_unseen") if c in rows.columns] or [column]
-    sur = rows[rows.regularizer.isin(["none", regularizer]) & rows.optimizer.isin(["grad_ascent", "cma_es", "genetic"])]
+    sur = rows[rows.regularizer.isin(["none", regularizer]) & rows.optimizer.isin(SURROGATE_OPTIMIZERS)]
     per = sur.groupby(["task", "seed", "regularizer"], sort=True)[cols].first().unstack("regularizer")
     tasks = list(dict.fromkeys(rows.task))
     markers = ["o", "s", "^", "D", "v", "P"]
@@ -199,7 +114,7 @@ def paired_gain_bars(gains: pd.DataFrame, regularizer: str) -> plt.Figure:
     Parameters
     ----------
     gains
-        :func:`repro.offopt.experiments.paired_gains`.
+        :func:`repro.offopt.grid.paired_gains`.
     regularizer
         For the labels.
     """

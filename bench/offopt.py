@@ -10,23 +10,24 @@ from __future__ import annotations
 
 from timing import timed
 
-import repro.offopt as oo
 from repro.offopt.pipeline import make_regularizer
+from repro.offopt.surrogate import torch_threads, train_surrogate
+from repro.offopt.tasks import OfflineTask, make_task
 
 EPOCHS = 5
 
 
-def _epoch_seconds(task: oo.OfflineTask, reg: str | None, repeat: int = 3) -> float:
-    return timed(lambda: oo.train_surrogate(task.x_z, task.y_z, hidden=(64, 64), epochs=EPOCHS, batch_size=128,
+def _epoch_seconds(task: OfflineTask, reg: str | None, repeat: int = 3) -> float:
+    return timed(lambda: train_surrogate(task.x_z, task.y_z, hidden=(64, 64), epochs=EPOCHS, batch_size=128,
                                             seed=0, regularizer=None if reg is None else make_regularizer(reg, seed=0)),
                  repeat) / EPOCHS
 
 
 def run() -> list[tuple[str, float, str]]:
     """Rows ``(name, seconds per epoch, ratio to vanilla)``."""
-    task = oo.make_task("ackley", 8, n=2000, seed=0, n_ref=20_000)
+    task = make_task("ackley", 8, n=2000, seed=0, n_ref=20_000)
     rows = []
-    with oo.torch_threads(1):
+    with torch_threads(1):
         base = _epoch_seconds(task, None)
         rows.append(("offopt: surrogate epoch, vanilla", base, "1.00x"))
         for reg in ("boss", "ignite", "ignite2"):

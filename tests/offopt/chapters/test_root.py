@@ -1,0 +1,70 @@
+"""The ROOT chapter's driver: settings, methods and ablations, claims, and its own figures."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from repro.offopt.chapters import root
+from repro.offopt.grid import GridResult, MethodSpec, run_grid
+
+SETTINGS = dict(tasks=["ackley"], dim=3, n_pool=300, q=50.0, n_ref=2000, n_candidates=16, seeds=[0], hidden=[16],
+                surrogate_epochs=4, grad_steps=8, grad_lr=0.01, cma_starts=4, cma_generations=4,
+                baselines=["best_offline", "grad_ascent"], n_functions=2, gp_seeds=16, gp_steps=10, gp_max_points=200,
+                bridge_hidden=[16], bridge_epochs=2, sample_steps=5, guidance=-1.5, ablations=False)
+
+
+def test_settings_map_the_schema_onto_the_pipeline() -> None:
+    s = root.RootSettings(**SETTINGS)
+    assert s.root_config() == {"n_functions": 2, "n_seeds": 16, "gp_steps": 10, "gp_max_points": 200, "hidden": [16],
+                               "epochs": 2, "sample_steps": 5, "guidance": -1.5}
+    assert s.methods() == ["best_offline", "grad_ascent", "root"]
+    with_ablations = dataclasses.replace(s, ablations=True).methods()
+    assert with_ablations[3:] == [MethodSpec("root (F=1)", "root", root={"n_functions": 1}),
+                                  MethodSpec("root (w=0)", "root", root={"guidance": 0.0})]
+    with pytest.raises(ValueError, match="grad_ascent"):
+        root.RootSettings(**{**SETTINGS, "baselines": ["best_offline", "cma_es"]})
+
+
+def test_run_is_the_grid_with_the_chapter_settings(tiny) -> None:
+    s = root.RootSettings(**SETTINGS)
+    tasks = s.build_tasks()
+    ours = root.run(s, tasks)
+    direct = run_grid(tasks, s.methods(), s.seeds, n_candidates=16, surrogate=s.surrogate_config(),
+                      search=s.search_config(), root=s.root_config(), progress=False)
+    assert list(ours.rows.method) == ["best_offline", "grad_ascent", "root"]
+    np.testing.assert_array_equal(ours.rows.p100.to_numpy(), direct.rows.p100.to_numpy())
+    c = root.claims(ours, s)
+    assert set(c) == {"rank_gap_vs_best_other", "frac_tasks_beyond_offline", "gain_vs_baseline_points"}
+    assert all(len(v) == 1 for v in c.values())
+
+
+def test_root_claims_exclude_ablations_from_the_ranking(rows_from) -> None:
+    vals = {("t1", "best_offline", 0): 0.5, ("t1", "grad_ascent", 0): 0.7, ("t1", "root", 0): 0.8, ("t1", "root (F=1)", 0): 0.9,
+            ("t2", "best_offline", 0): 0.4, ("t2", "grad_ascent", 0): 0.6, ("t2", "root", 0): 0.3, ("t2", "root (F=1)", 0): 0.9}
+    rows = rows_from(vals)
+    rows["best_offline"] = rows.task.map({"t1": 0.5, "t2": 0.4})
+    c = root.root_claims(rows, compare=["best_offline", "grad_ascent"])
+    # ranks: root 1 and 3 -> 2; grad_ascent 2 and 1 -> 1.5; best_offline 3 and 2 -> 2.5
+    assert c["rank_gap_vs_best_other"] == [0.5]
+    assert c["frac_tasks_beyond_offline"] == [0.5]
+    np.testing.assert_allclose(c["gain_vs_baseline_points"], [100 * (0.1 - 0.3) / 2])
+    everyone = root.root_claims(rows)  # the F=1 ablation ranks first on both tasks
+    assert everyone["rank_gap_vs_best_other"] == [2.0]  # root: ranks 2 and 4; F=1: 1 and 1
+    with pytest.raises(ValueError, match="not in the grid"):
+        root.root_claims(rows, baseline="cma_es")
+
+
+def test_chapter_figures(grid: GridResult) -> None:
+    fig = root.candidate_distributions(grid.scores, list(grid.tasks), grid.methods, seed=0)
+    assert len(fig.axes) == 2
+    t = grid.tasks["ackley-3d"]
+    start = t.to_z(t.best_offline(16))
+    fig = root.bridge_translation(t, start, grid.candidates_z[("ackley-3d", "root (F=1)", 0)])
+    assert len(fig.axes) == 3  # map, colour bar, start-vs-candidate scores
+    with pytest.raises(ValueError, match="same shape"):
+        root.bridge_translation(t, start, start[:3])
+    plt.close("all")
