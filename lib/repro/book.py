@@ -10,17 +10,139 @@ are the paper's own values in the registry.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from matplotlib.figure import Figure
 
 from repro import atomic, results
 from repro.params import DEFAULT_PROFILE
 from repro.paths import executed_notebook, repo_root
-from repro.registry import Chapter, Registry, load_registry
+from repro.registry import (
+    BAND,
+    MEASURED_VERDICTS,
+    MODELLED_VERDICTS,
+    PRECONDITION_NOT_MET,
+    STRUCTURAL_VERDICTS,
+    Chapter,
+    Registry,
+    load_registry,
+)
+
+#: Scoreboard classes, in display order, with the verdicts each holds and its colour.
+VERDICT_CLASSES: dict[str, tuple[tuple[str, ...], str]] = {
+    "reproduced": ((MEASURED_VERDICTS[0],), "#2e7d32"),
+    "exceeds the paper": ((MEASURED_VERDICTS[1],), "#9ccc65"),
+    "direction only": ((MEASURED_VERDICTS[2],), "#fbc02d"),
+    "not reproduced at this scale": ((MEASURED_VERDICTS[3],), "#c62828"),
+    "precondition not met": ((PRECONDITION_NOT_MET,), "#8d6e63"),
+    "structural": (STRUCTURAL_VERDICTS, "#78909c"),
+    "modelled": (MODELLED_VERDICTS, "#7e57c2"),
+}
+
+
+def verdict_class(verdict: str) -> str:
+    """The scoreboard class of a verdict (structural and modelled verdicts are counted apart)."""
+    for name, (members, _) in VERDICT_CLASSES.items():
+        if verdict in members:
+            return name
+    raise ValueError(f"unknown verdict {verdict!r}")
+
+
+@dataclass(frozen=True)
+class ScoredClaim:
+    """One claim of one chapter with its published result at a profile (None if never run)."""
+
+    chapter: Chapter
+    claim_id: str
+    metric: str
+    unit: str
+    paper_value: float | None
+    null_value: float
+    paper_display: str
+    rule: str
+    mean: float | None
+    std: float | None
+    n: int
+    verdict: str | None
+
+
+def scored_claims(registry: Registry, profile: str) -> list[ScoredClaim]:
+    """Every claim of every chapter with its ledger result at ``profile``."""
+    out = []
+    for ch in registry.chapters:
+        rec = results.load_result(ch.id, profile)
+        for claim in ch.claims:
+            got = None if rec is None else rec["claims"].get(claim.id)
+            out.append(ScoredClaim(
+                chapter=ch, claim_id=claim.id, metric=claim.metric, unit=claim.unit, paper_value=claim.paper_value,
+                null_value=0.0 if claim.legacy else claim.null_value, paper_display=claim.paper_display,
+                rule=claim.rule, mean=None if got is None else got["mean"], std=None if got is None else got["std"],
+                n=0 if got is None else got["n"], verdict=None if got is None else got["verdict"],
+            ))
+    return out
+
+
+def _svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def verdicts_by_family_svg(registry: Registry, claims: list[ScoredClaim]) -> str:
+    """Stacked bars of verdict classes per family (an inline SVG)."""
+    fams = [f for f in registry.families if any(c.chapter.family == f for c in claims)]
+    fig = Figure(figsize=(7.5, 0.45 * len(fams) + 1.2))
+    ax = fig.subplots()
+    left = [0] * len(fams)
+    for name, (_, colour) in VERDICT_CLASSES.items():
+        counts = [sum(1 for c in claims if c.chapter.family == f and c.verdict and verdict_class(c.verdict) == name)
+                  for f in fams]
+        ax.barh(range(len(fams)), counts, left=left, color=colour, label=name)
+        left = [a + b for a, b in zip(left, counts)]
+    ax.set_yticks(range(len(fams)), [registry.families[f] for f in fams])
+    ax.invert_yaxis()
+    ax.set_xlabel("claims")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, fontsize=8, frameon=False)
+    return _svg(fig)
+
+
+def ours_vs_paper_svg(claims: list[ScoredClaim]) -> str:
+    """Our effect against the paper's on log-log axes with the reproduction band; each point links to its chapter."""
+    pts = [c for c in claims if c.paper_value is not None and c.mean is not None and c.verdict is not None]
+    fig = Figure(figsize=(6.5, 5.5))
+    ax = fig.subplots()
+    effects = [(abs(c.paper_value - c.null_value), c.mean - c.null_value, c) for c in pts]
+    shown = [(x, y, c) for x, y, c in effects if x > 0 and y * (c.paper_value - c.null_value) > 0]
+    if shown:
+        lo = min(min(x, abs(y)) for x, y, _ in shown) / 3
+        hi = max(max(x, abs(y)) for x, y, _ in shown) * 3
+        grid = [lo, hi]
+        ax.plot(grid, grid, color="black", lw=0.8, label="ours = paper")
+        ax.fill_between(grid, [g * BAND[0] for g in grid], [g * BAND[1] for g in grid], color="0.85",
+                        label=f"reproduction band ({BAND[0]:g}–{BAND[1]:g}×)")
+        for x, y, c in shown:
+            colour = VERDICT_CLASSES[verdict_class(c.verdict)][1]
+            dot = ax.scatter([x], [abs(y)], color=colour, edgecolor="black", s=36, zorder=3)
+            dot.set_urls([f"chapters/{c.chapter.family}/{c.chapter.id}.html"])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+    ax.set_xlabel("the paper's effect (|paper − null value|)")
+    ax.set_ylabel("our effect, mean over seeds (same sign only)")
+    missing = len(effects) - len(shown)
+    ax.set_title(f"{len(shown)} claims with a number; {missing} with our effect of the opposite sign not shown",
+                 fontsize=9)
+    if shown:
+        ax.legend(fontsize=8, loc="upper left")
+    return _svg(fig)
 
 
 def _md_cell(text: str, cell_id: str) -> dict[str, Any]:
@@ -77,38 +199,52 @@ def toc(registry: Registry) -> dict[str, Any]:
 def scoreboard_rows(registry: Registry, profile: str) -> list[dict[str, str]]:
     """One row per claim of every chapter, from the ledger files."""
     rows = []
-    for ch in registry.chapters:
-        rec = results.load_result(ch.id, profile)
-        for claim in ch.claims:
-            got = None if rec is None else rec["claims"].get(claim.id)
-            rows.append({
-                "chapter": f"{{doc}}`{ch.id} <chapters/{ch.family}/{ch.id}>`",
-                "claim": claim.metric,
-                "paper": claim.paper_display,
-                "ours": "not run" if got is None else f"{got['mean']:.2f} ± {got['std']:.2f} {claim.unit} (n={got['n']})",
-                "profile": profile if got else "",
-                "verdict": "not run" if got is None else got["verdict"],
-            })
+    for c in scored_claims(registry, profile):
+        rows.append({
+            "chapter": f"{{doc}}`{c.chapter.id} <chapters/{c.chapter.family}/{c.chapter.id}>`",
+            "claim": c.metric,
+            "paper": c.paper_display,
+            "ours": "not run" if c.mean is None else f"{c.mean:.2f} ± {c.std:.2f} {c.unit} (n={c.n})",
+            "profile": profile if c.mean is not None else "",
+            "verdict": "not run" if c.verdict is None else c.verdict,
+        })
     return rows
 
 
+def class_counts(registry: Registry, profile: str) -> dict[str, int]:
+    """How many claims fall in each scoreboard class (plus ``not run``)."""
+    counts = {name: 0 for name in VERDICT_CLASSES}
+    counts["not run"] = 0
+    for c in scored_claims(registry, profile):
+        counts["not run" if c.verdict is None else verdict_class(c.verdict)] += 1
+    return counts
+
+
 def scoreboard_markdown(registry: Registry, profile: str) -> str:
-    """The scoreboard page."""
+    """The scoreboard page: two figures from the ledger, the totals per class, then every claim."""
     rows = scoreboard_rows(registry, profile)
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    summary = ", ".join(f"{v}: {n}" for v, n in sorted(counts.items()))
+    claims = scored_claims(registry, profile)
+    counts = class_counts(registry, profile)
+    measured = sum(counts[k] for k in ("reproduced", "exceeds the paper", "direction only",
+                                       "not reproduced at this scale", "precondition not met"))
+    summary = "; ".join(f"{name}: {n}" for name, n in counts.items() if n)
     head = "| " + " | ".join(rows[0]) + " |\n|" + "---|" * len(rows[0]) + "\n" if rows else ""
     body = "".join("| " + " | ".join(r.values()) + " |\n" for r in rows)
     return (
         "# Scoreboard\n\n"
-        f"Every claim of every chapter at the `{profile}` profile: the paper's value, ours (mean ± standard "
-        "deviation over seeds), and the verdict computed from the rule in the chapter registry. "
-        "This page is generated from the results ledger; nothing on it is typed by hand except the papers' own values.\n\n"
-        f"**Totals.** {summary or 'no claims yet'}\n\n"
-        "Verdicts: *reproduced* means the registry's threshold for the claim was met; *direction only* means "
-        "the effect points the paper's way but falls short of it; *not reproduced at this scale* means neither.\n\n"
+        f"Every claim of every chapter at the `{profile}` profile, judged by the book's one convention (see the "
+        "{doc}`introduction <intro>`). This page is generated from the results ledger; nothing on it is typed "
+        "by hand except the papers' own values.\n\n"
+        f"**Totals.** {measured} measured claims and {counts['structural']} structural and {counts['modelled']} "
+        f"modelled ones, counted apart. {summary or 'no claims yet'}.\n\n"
+        "## Verdicts per family\n\n"
+        "```{raw} html\n<div class=\"scoreboard-figure\">" + verdicts_by_family_svg(registry, claims) + "</div>\n```\n\n"
+        "## Ours against the paper's\n\n"
+        "Each point is a claim for which the paper gives a number, on log-log axes: the paper's effect against "
+        "ours, both measured from the claim's null value. The grey band is the reproduction band; points above "
+        "it exceed the paper, points below it hold the direction only. Each point links to its chapter.\n\n"
+        "```{raw} html\n<div class=\"scoreboard-figure\">" + ours_vs_paper_svg(claims) + "</div>\n```\n\n"
+        "## Every claim\n\n"
         + head + body
     )
 

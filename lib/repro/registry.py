@@ -34,8 +34,8 @@ STRUCTURAL_VERDICTS = ("structural check", "structural check failed")
 MODELLED_VERDICTS = ("modelled", "modelled, does not hold")
 PRECONDITION_NOT_MET = "precondition not met"
 VERDICTS = (*MEASURED_VERDICTS, PRECONDITION_NOT_MET, *STRUCTURAL_VERDICTS, *MODELLED_VERDICTS)
-#: The reproduction band: the effect over the paper's effect must lie in it.
-BAND = (0.5, 2.0)
+#: The reproduction band (``verdict_band`` in registry.yaml): our effect over the paper's must lie in it.
+BAND: tuple[float, float] = tuple(yaml.safe_load(_REGISTRY_FILE.read_text())["verdict_band"])  # type: ignore[assignment]
 KINDS = ("measured", "structural", "modelled")
 _OPS = {
     ">=": lambda a, b: a >= b,
