@@ -101,7 +101,8 @@ def main() -> int:
     for section in (bench_engines, bench_papermill, bench_dvc_noop):
         print(f"... {section.__doc__.splitlines()[0]}", file=sys.stderr)
         rows += section()
-    for f in sorted((ROOT / "bench").glob("bench_*.py")):  # family benchmarks: each defines run() -> rows
+    family_benches = sorted(p for p in (ROOT / "bench").glob("*.py") if p.stem not in ("run", "timing"))
+    for f in family_benches:  # one file per family, each defines run() -> rows
         spec = importlib.util.spec_from_file_location(f.stem, f)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
