@@ -146,3 +146,13 @@ def test_broken_params_file_is_one_line(tmp_path, text, fragment):
         params.load_profiles(ch, tmp_path)
     msg = str(info.value)
     assert "\n" not in msg and "broken.yaml" in msg
+
+
+def test_injected_parameters_are_checked_and_lists_read_from_text():
+    ns = {**params.resolve(CH, "smoke"), "phis": "[2, 4]", "profile": "smoke", "output_dir": "x"}
+    checked = params.injected("fedlama", ns)
+    assert checked["phis"] == [2, 4] and "profile" not in checked
+    with pytest.raises(params.ParameterError, match="parameter 'phis\\[0\\]': 0 is below"):
+        params.injected("fedlama", {**ns, "phis": "[0]"})
+    with pytest.raises(params.ParameterError, match="parameter 'lr'"):
+        params.injected("fedlama", {**ns, "lr": "fast"})

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
 from repro.paths import repo_root
-from repro.registry import Chapter
+from repro.registry import Chapter, load_registry
 
 PROFILES = ("smoke", "cpu", "paper")
 DEFAULT_PROFILE = "cpu"
@@ -188,4 +188,46 @@ def resolve(
         raise ParameterError(f"parameter 'profile': {profile!r} is not one of {list(PROFILES)}")
     values = load_profiles(chapter, root)[profile]
     values.update(overrides or {})
+    return validate(chapter, values)
+
+
+def _from_text(name: str, spec: dict[str, Any], value: Any) -> Any:
+    """A list given as text (``papermill -p phis "[2, 4]"``) parsed as YAML; other values unchanged."""
+    if spec["type"].startswith("list[") and isinstance(value, str):
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ParameterError(f"parameter {name!r}: cannot read {value!r} as a list: {exc}") from None
+    return value
+
+
+def injected(chapter_id: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate the parameters a chapter notebook was given, however it was started.
+
+    ``repro run`` validates before the kernel starts; a reader who runs the
+    notebook with papermill directly (``papermill nb.ipynb out.ipynb -p phis
+    "[2]"``) reaches this check instead, as the first call of the setup cell.
+
+    Parameters
+    ----------
+    chapter_id
+        The chapter's registry id.
+    namespace
+        The notebook's globals, holding the parameters cell's (and papermill's
+        injected) values.
+
+    Returns
+    -------
+    dict
+        The checked values, lists given as text parsed; update the notebook's
+        globals with them.
+
+    Raises
+    ------
+    ParameterError
+        Naming the first missing, mistyped or out-of-range parameter, or the
+        parameters of a failing cross-field check.
+    """
+    chapter = load_registry().get(chapter_id)
+    values = {k: _from_text(k, spec, namespace[k]) for k, spec in chapter.parameters.items() if k in namespace}
     return validate(chapter, values)
