@@ -175,6 +175,45 @@ def block_cyclic(file_size: int, p: int, block_elems: int, itemsize: int = 1) ->
     return _from_owner(f"block-cyclic(p={p}, b={block_elems})", starts, lengths, owner, p, file_size)
 
 
+@dataclass(frozen=True)
+class RunTable:
+    """Runs of a file and their owners, before grouping by rank.
+
+    Attributes
+    ----------
+    starts, lengths:
+        Byte offset and length of every run (sorted, covering the file).
+    owner:
+        Owning rank of every run.
+    p:
+        Number of ranks.
+    """
+
+    starts: np.ndarray
+    lengths: np.ndarray
+    owner: np.ndarray
+    p: int
+
+
+def irregular_run_table(file_size: int, p: int, mean_run: int, seed: int, itemsize: int = 1,
+                        skew: float = 1.0) -> RunTable:
+    """The runs of :func:`irregular_runs` (see there), without grouping them by rank."""
+    _check(file_size, p)
+    if mean_run < 1:
+        raise ValueError(f"mean_run must be >= 1, got {mean_run}")
+    rng = np.random.default_rng(seed)
+    n = file_size // itemsize
+    runs = rng.geometric(1.0 / mean_run, size=n // mean_run * 2 + 8).astype(np.int64)
+    bounds = np.cumsum(runs)
+    while bounds[-1] < n:  # extremely unlikely: draw more runs
+        bounds = np.concatenate([bounds, bounds[-1] + np.cumsum(rng.geometric(1.0 / mean_run, size=n))])
+    bounds = np.concatenate([[0], bounds[bounds < n], [n]])
+    weights = (np.arange(p) + 1.0) ** -skew
+    weights = rng.permutation(weights / weights.sum())
+    owner = rng.choice(p, size=bounds.size - 1, p=weights)
+    return RunTable(bounds[:-1] * itemsize, np.diff(bounds) * itemsize, owner, p)
+
+
 def irregular_runs(file_size: int, p: int, mean_run: int, seed: int, itemsize: int = 1,
                    skew: float = 1.0) -> Decomposition:
     """E3SM-like irregular map: many short runs, each owned by a random rank.
@@ -198,22 +237,8 @@ def irregular_runs(file_size: int, p: int, mean_run: int, seed: int, itemsize: i
     skew:
         0 gives equal expected shares; larger values make the shares more uneven.
     """
-    _check(file_size, p)
-    if mean_run < 1:
-        raise ValueError(f"mean_run must be >= 1, got {mean_run}")
-    rng = np.random.default_rng(seed)
-    n = file_size // itemsize
-    runs = rng.geometric(1.0 / mean_run, size=n // mean_run * 2 + 8).astype(np.int64)
-    bounds = np.cumsum(runs)
-    while bounds[-1] < n:  # extremely unlikely: draw more runs
-        bounds = np.concatenate([bounds, bounds[-1] + np.cumsum(rng.geometric(1.0 / mean_run, size=n))])
-    bounds = np.concatenate([[0], bounds[bounds < n], [n]])
-    starts = bounds[:-1] * itemsize
-    lengths = np.diff(bounds) * itemsize
-    weights = (np.arange(p) + 1.0) ** -skew
-    weights = rng.permutation(weights / weights.sum())
-    owner = rng.choice(p, size=starts.size, p=weights)
-    return _from_owner(f"irregular(p={p}, run={mean_run})", starts, lengths, owner, p, file_size)
+    t = irregular_run_table(file_size, p, mean_run, seed, itemsize, skew)
+    return _from_owner(f"irregular(p={p}, run={mean_run})", t.starts, t.lengths, t.owner, p, file_size)
 
 
 def subarray_2d_block_cyclic(rows: int, cols: int, pr: int, pc: int, tile: tuple[int, int],

@@ -33,8 +33,6 @@ costs a table under a per-round endpoint model with an MPI queue-search term.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 
 from repro.collectives.ir import Recv, Schedule, Send, Step
@@ -228,24 +226,51 @@ class EndpointModel:
     o1: float
 
 
-def endpoint_model(table: RoundTable, counts: np.ndarray, model: EndpointModel) -> float:
-    """Exchange time of ``table`` moving ``counts`` under ``model`` (seconds)."""
+@dataclass(frozen=True)
+class RoundLoads:
+    """What the endpoint model needs of a kernel's rounds, computed once per table.
+
+    Attributes
+    ----------
+    max_out_bytes:
+        Per round, the most bytes any one rank sends.
+    in_bytes, n_recv:
+        Per round and aggregator (``rounds x A``), bytes received and receives posted.
+    """
+
+    max_out_bytes: np.ndarray
+    in_bytes: np.ndarray
+    n_recv: np.ndarray
+
+    def time(self, model: EndpointModel) -> float:
+        """Exchange time under ``model`` (s): the sum over rounds of the slowest endpoint."""
+        if self.max_out_bytes.size == 0:
+            return 0.0
+        send_side = np.where(self.max_out_bytes > 0, model.alpha + self.max_out_bytes / model.bandwidth, 0.0)
+        n = self.n_recv
+        recv = np.where(n > 0, model.alpha + self.in_bytes / model.bandwidth + n * (model.o0 + model.o1 * n), 0.0)
+        return float(np.maximum(send_side, recv.max(axis=1)).sum())
+
+
+def round_loads(table: RoundTable, counts: np.ndarray) -> RoundLoads:
+    """Per-round loads of ``table`` moving ``counts`` (sparse over messages, so 16k ranks fit)."""
     R, p = table.num_rounds, table.p
-    if R == 0:
-        return 0.0
+    A = len(table.aggregators)
     s_idx, a_idx = np.nonzero(table.rounds >= 0)
     t = table.rounds[s_idx, a_idx]
     nbytes = np.asarray(counts, dtype=np.float64)[s_idx, a_idx]
-    agg = np.asarray(table.aggregators)[a_idx]
-    out_b = np.zeros((R, p))
-    in_b = np.zeros((R, p))
-    np.add.at(out_b, (t, s_idx), nbytes)
-    np.add.at(in_b, (t, agg), nbytes)
-    _, n_recv = table.outstanding()
-    send_side = np.where(out_b > 0, model.alpha + out_b / model.bandwidth, 0.0)
-    recv_side = np.where(n_recv > 0, model.alpha + in_b / model.bandwidth
-                         + n_recv * (model.o0 + model.o1 * n_recv), 0.0)
-    return float(np.maximum(send_side, recv_side).max(axis=1).sum())
+    keys, inverse = np.unique(t * p + s_idx, return_inverse=True)
+    per_sender = np.bincount(inverse, weights=nbytes)
+    max_out = np.zeros(R)
+    np.maximum.at(max_out, keys // p, per_sender)
+    in_bytes = np.zeros((R, A))
+    n_recv = np.zeros((R, A))
+    np.add.at(in_bytes, (t, a_idx), nbytes)
+    np.add.at(n_recv, (t, a_idx), 1.0)
+    return RoundLoads(max_out, in_bytes, n_recv)
 
 
-KernelFn = Callable[[np.ndarray, tuple[int, ...]], RoundTable]
+def endpoint_model(table: RoundTable, counts: np.ndarray, model: EndpointModel) -> float:
+    """Exchange time of ``table`` moving ``counts`` under ``model`` (seconds)."""
+    return round_loads(table, counts).time(model)
+

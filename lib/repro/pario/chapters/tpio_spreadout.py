@@ -1,0 +1,326 @@
+"""Chapter ``tpio-spreadout``: all-to-many kernels of two-phase I/O (Kang et al., SC'20).
+
+Three parts, one per kind of evidence:
+
+* :func:`exact_runs` writes an uneven E3SM-like irregular decomposition on
+  4 to 16 MPI ranks (oversubscribed, local files) with MPI's own
+  ``Write_at_all`` and with our two-phase write under every kernel
+  (:mod:`repro.pario.mpi_worker`); files must be byte-identical.  Times are
+  indicative only.
+* :func:`simgrid_runs` simulates the exchange of every kernel with SimGrid on a
+  Dragonfly (shared executor; max-min flow sharing, per-message start-up, no
+  MPI queue model) at up to a few hundred ranks.
+* :func:`model_runs` costs the kernels at 1024 to 16384 ranks with the
+  endpoint model of :mod:`repro.pario.kernels`, whose per-message
+  queue-search cost ``o1`` is swept because the verdict depends on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from repro.pario.decomp import DecompSpec
+from repro.pario.exchange_sim import (DragonflyConstants, irregular_pattern, platform_for, simulate_kernel)
+from repro.pario.kernels import WINDOWED, EndpointModel, KernelSpec, round_loads, round_table
+from repro.pario.mpi_worker import launch
+from repro.pario.twophase import exchange_plan
+
+UNORDERED = KernelSpec("unordered")
+
+
+@dataclass(frozen=True)
+class ExactConfig:
+    """The real-MPI runs.
+
+    Attributes
+    ----------
+    ranks:
+        MPI rank counts.
+    file_bytes:
+        File size.
+    mean_run:
+        Mean run length of the irregular map (bytes).
+    ranks_per_aggregator:
+        ``A = ceil(p / ranks_per_aggregator)`` aggregators (also MPI's ``cb_nodes``).
+    kernels:
+        Kernels in text form (``"balanced:2"``).
+    repeats:
+        Timed repetitions per write (median kept).
+    """
+
+    ranks: tuple[int, ...]
+    file_bytes: int
+    mean_run: int
+    ranks_per_aggregator: int
+    kernels: tuple[str, ...]
+    repeats: int
+
+    def aggregators(self, p: int) -> int:
+        """Aggregator count at ``p`` ranks."""
+        return max(1, -(-p // self.ranks_per_aggregator))
+
+
+@dataclass(frozen=True)
+class ExactRecord:
+    """One kernel's two-phase write in one real-MPI run.
+
+    Times are the slowest rank's, in seconds, on an oversubscribed shared host.
+    """
+
+    p: int
+    seed: int
+    kernel: str
+    window: int | None
+    identical_to_mpi: bool
+    equals_pattern: bool
+    read_back_ok: bool
+    rounds: int
+    messages: int
+    max_posted: int
+    exchange_s: float
+    total_s: float
+    mpi_write_s: float
+
+
+def exact_runs(cfg: ExactConfig, seeds: list[int], timeout: float = 300.0) -> list[ExactRecord]:
+    """Write the irregular decomposition with MPI and with every kernel, for every rank count and seed."""
+    out = []
+    for p in tqdm(cfg.ranks, desc="MPI runs (rank counts)"):
+        A = cfg.aggregators(p)
+        for seed in seeds:
+            spec = DecompSpec("irregular", cfg.file_bytes, mean_run=cfg.mean_run, seed=seed)
+            job = {"decomp": spec.__dict__, "aggregators": A, "kernels": list(cfg.kernels), "repeats": cfg.repeats}
+            report = launch(p, job, timeout=timeout)
+            plan = exchange_plan(spec.build(p), A)
+            for text, row in zip(cfg.kernels, report["writes"]):
+                sends, recvs = round_table(text, plan.counts, plan.aggregators).outstanding()
+                posted = int(max(sends.max(initial=0), recvs.max(initial=0)))
+                out.append(ExactRecord(p, seed, row["kernel"], row["window"], bool(row["identical_to_mpi"]),
+                                       bool(row["equals_pattern"]), bool(row["read_back_ok"]), row["rounds"],
+                                       row["messages"], posted, row["exchange_s"], row["total_s"],
+                                       report["mpi"]["write_s"]))
+    return out
+
+
+def exact_frame(records: list[ExactRecord]) -> pd.DataFrame:
+    """The exact runs as a table, with MPI's write time over ours (``> 1``: ours is faster here)."""
+    df = pd.DataFrame([r.__dict__ for r in records])
+    df["mpi_over_ours"] = df.mpi_write_s / df.total_s
+    return df
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    """The paper-scale pattern and the models' constants.
+
+    Attributes
+    ----------
+    bytes_per_rank, mean_run:
+        Mean bytes each rank writes and mean run length (bytes) of the E3SM-like map.
+    windows:
+        Windows ``W`` of the throttled kernels.
+    sim_ranks, sim_ranks_per_node:
+        SimGrid rank counts and hosts per Dragonfly router (one aggregator per router).
+    model_ranks, model_ranks_per_node:
+        Endpoint-model rank counts and ranks per node (one aggregator per node).
+    platform:
+        SimGrid Dragonfly constants.
+    model:
+        Endpoint-model constants; ``model.o1`` is the stated queue-search cost.
+    queue_costs:
+        Values of ``o1`` (s) swept.
+    """
+
+    bytes_per_rank: int
+    mean_run: int
+    windows: tuple[int, ...]
+    sim_ranks: tuple[int, ...]
+    sim_ranks_per_node: int
+    model_ranks: tuple[int, ...]
+    model_ranks_per_node: int
+    platform: DragonflyConstants
+    model: EndpointModel
+    queue_costs: tuple[float, ...]
+
+    def kernels(self, p: int) -> list[KernelSpec]:
+        """Unordered, then scattered(W) and balanced(W) for every window ``W < p``.
+
+        A window of ``p`` or more puts every message in one round: it is the
+        unordered kernel again, so it is left out.
+        """
+        return [UNORDERED] + [KernelSpec(n, w) for n in ("scattered", "balanced") for w in self.windows if w < p]
+
+
+@dataclass(frozen=True)
+class SimRecord:
+    """One SimGrid point with the endpoint model's time (``o1 = 0``) on the same pattern."""
+
+    p: int
+    seed: int
+    kernel: str
+    sim_s: float
+    model_s: float
+    rounds: int
+    messages: int
+    wall_s: float
+
+
+def simgrid_runs(cfg: ScaleConfig, seeds: list[int]) -> list[SimRecord]:
+    """Simulate every kernel at every SimGrid rank count and seed."""
+    flat = EndpointModel(cfg.model.alpha, cfg.platform.bandwidth, cfg.model.o0, 0.0)
+    out = []
+    points = [(p, s, k) for p in cfg.sim_ranks for s in seeds for k in cfg.kernels(p)]
+    platforms = {p: platform_for(p, cfg.sim_ranks_per_node, cfg.platform) for p in cfg.sim_ranks}
+    patterns = {}
+    for p, seed, kernel in tqdm(points, desc="SimGrid runs"):
+        if (p, seed) not in patterns:
+            patterns[p, seed] = irregular_pattern(p, cfg.sim_ranks_per_node, cfg.bytes_per_rank, cfg.mean_run, seed)
+        pat = patterns[p, seed]
+        sim = simulate_kernel(pat, kernel, platforms[p])
+        model = round_loads(round_table(kernel, pat.counts, pat.aggregators), pat.counts).time(flat)
+        out.append(SimRecord(p, seed, kernel.label, sim.time, model, sim.rounds, sim.messages, sim.wall_s))
+    return out
+
+
+def model_runs(cfg: ScaleConfig, seeds: list[int]) -> pd.DataFrame:
+    """Endpoint-model exchange time of every kernel, rank count, seed and queue cost ``o1``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``p, seed, kernel, o1, time_s``.
+    """
+    rows = []
+    costs = sorted(set(cfg.queue_costs) | {cfg.model.o1})
+    for p in tqdm(cfg.model_ranks, desc="endpoint model (rank counts)"):
+        for seed in seeds:
+            pat = irregular_pattern(p, cfg.model_ranks_per_node, cfg.bytes_per_rank, cfg.mean_run, seed)
+            for kernel in cfg.kernels(p):
+                loads = round_loads(round_table(kernel, pat.counts, pat.aggregators), pat.counts)
+                for o1 in costs:
+                    m = EndpointModel(cfg.model.alpha, cfg.model.bandwidth, cfg.model.o0, o1)
+                    rows.append({"p": p, "seed": seed, "kernel": kernel.label, "o1": o1, "time_s": loads.time(m)})
+    return pd.DataFrame(rows)
+
+
+def best_spreadout_speedup(times: pd.DataFrame) -> pd.DataFrame:
+    """Unordered time over the best balanced(W) time, per ``p``, seed (and ``o1`` if present).
+
+    ``times`` has columns ``p, seed, kernel`` and ``time_s``; the result has
+    the grouping columns, ``best`` (the winning window's label) and ``speedup``.
+    """
+    keys = [c for c in ("p", "seed", "o1") if c in times.columns]
+    rows = []
+    for key, grp in times.groupby(keys):
+        base = float(grp[grp.kernel == UNORDERED.label].time_s.iloc[0])
+        bal = grp[grp.kernel.str.startswith("balanced")]
+        best = bal.loc[bal.time_s.idxmin()]
+        rows.append(dict(zip(keys, key if isinstance(key, tuple) else (key,)), best=best.kernel,
+                         speedup=base / float(best.time_s)))
+    return pd.DataFrame(rows)
+
+
+def flip_cost(sweep: pd.DataFrame, p: int) -> float | None:
+    """Smallest swept ``o1`` at which the mean spread-out speedup at ``p`` exceeds 1 (``None``: never)."""
+    sp = best_spreadout_speedup(sweep[sweep.p == p]).groupby("o1").speedup.mean()
+    above = sp[sp > 1.0]
+    return float(above.index.min()) if len(above) else None
+
+
+def claims(exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame, cfg: ScaleConfig,
+           seeds: list[int]) -> dict[str, list[float]]:
+    """Per-seed values of every claim of the chapter (see its registry file)."""
+    p_model, p_sim = max(cfg.model_ranks), max(cfg.sim_ranks)
+    at_cost = best_spreadout_speedup(sweep[(sweep.p == p_model) & (sweep.o1 == cfg.model.o1)])
+    sim_df = pd.DataFrame([{"p": r.p, "seed": r.seed, "kernel": r.kernel, "time_s": r.sim_s} for r in sims])
+    sim_speed = best_spreadout_speedup(sim_df[sim_df.p == p_sim])
+    windowed = [r for r in exact if r.window is not None]
+    return {
+        "spreadout_speedup": [float(at_cost[at_cost.seed == s].speedup.iloc[0]) for s in seeds],
+        "flow_model_speedup": [float(sim_speed[sim_speed.seed == s].speedup.iloc[0]) for s in seeds],
+        "files_identical": [float(sum(not (r.identical_to_mpi and r.equals_pattern and r.read_back_ok)
+                                      for r in exact if r.seed == s)) for s in seeds],
+        "window_bound": [float(max((r.max_posted - r.window for r in windowed if r.seed == s), default=0))
+                         for s in seeds],
+    }
+
+
+KERNEL_STYLE = {"unordered": dict(color="k", marker="o")}
+
+
+def _style(label: str) -> dict:
+    if label in KERNEL_STYLE:
+        return KERNEL_STYLE[label]
+    return dict(marker="s" if label.startswith("balanced") else "^",
+                ls="-" if label.startswith("balanced") else ":")
+
+
+def scaling_figure(sweep: pd.DataFrame, sims: list[SimRecord], o1: float) -> plt.Figure:
+    """Exchange time against ranks per kernel: endpoint model at ``o1`` (left), SimGrid vs model at ``o1 = 0`` (right)."""
+    fig, (ax_m, ax_s) = plt.subplots(1, 2, figsize=(11, 4))
+    mean = sweep[sweep.o1 == o1].groupby(["kernel", "p"]).time_s.mean().reset_index()
+    for kernel, grp in mean.groupby("kernel", sort=False):
+        ax_m.plot(grp.p, grp.time_s * 1e3, label=kernel, **_style(kernel))
+    ax_m.set(xscale="log", yscale="log", xlabel="ranks P", ylabel="exchange time, ms (model)",
+             title=f"endpoint model, queue cost o1 = {o1 * 1e9:g} ns")
+    ax_m.legend(fontsize=7)
+    sim = pd.DataFrame([r.__dict__ for r in sims]).groupby(["kernel", "p"])[["sim_s", "model_s"]].mean().reset_index()
+    for kernel, grp in sim.groupby("kernel", sort=False):
+        st = _style(kernel)
+        line, = ax_s.plot(grp.p, grp.sim_s * 1e3, label=f"{kernel} (SimGrid)", **st)
+        ax_s.plot(grp.p, grp.model_s * 1e3, color=line.get_color(), marker=st["marker"], ls="none", mfc="none",
+                  ms=10)
+    ax_s.set(xscale="log", yscale="log", xlabel="ranks P", ylabel="exchange time, ms",
+             title="SimGrid Dragonfly (lines) and model with o1 = 0 (hollow)")
+    ax_s.legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def queue_sweep_figure(sweep: pd.DataFrame, paper_value: float) -> plt.Figure:
+    """Spread-out speedup over unordered against the queue-search cost ``o1``, one line per ``P``."""
+    sp = best_spreadout_speedup(sweep)
+    stats = sp.groupby(["p", "o1"]).speedup.agg(["mean", "std"]).reset_index()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for p, grp in stats.groupby("p"):
+        x = np.where(grp.o1 > 0, grp.o1 * 1e9, np.nan)
+        ax.errorbar(x, grp["mean"], yerr=grp["std"].fillna(0), marker="o", label=f"P = {p}")
+        zero = grp[grp.o1 == 0]
+        if len(zero):
+            ax.axhline(float(zero["mean"].iloc[0]), ls=":", lw=0.8, color=ax.lines[-1].get_color())
+    ax.axhline(1.0, color="k", lw=1, label="no gain")
+    ax.axhline(paper_value, color="tab:red", ls="--", label="paper (end-to-end, up to)")
+    ax.set(xscale="log", yscale="log", xlabel="queue-search cost o1 per message and posted receive, ns",
+           ylabel="unordered time / best balanced(W) time")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def exact_figure(df: pd.DataFrame) -> plt.Figure:
+    """Real-MPI runs: exchange time per kernel and MPI's write time over ours (indicative, oversubscribed)."""
+    fig, (ax_e, ax_r) = plt.subplots(1, 2, figsize=(11, 3.6))
+    stats = df.groupby(["p", "kernel"], sort=False)[["exchange_s", "mpi_over_ours"]].mean().reset_index()
+    kernels = list(dict.fromkeys(stats.kernel))
+    ps = sorted(stats.p.unique())
+    width = 0.8 / len(kernels)
+    for i, k in enumerate(kernels):
+        sub = stats[stats.kernel == k].set_index("p")
+        x = np.arange(len(ps)) + i * width
+        ax_e.bar(x, [sub.exchange_s.get(p, np.nan) * 1e3 for p in ps], width, label=k)
+        ax_r.bar(x, [sub.mpi_over_ours.get(p, np.nan) for p in ps], width, label=k)
+    for ax in (ax_e, ax_r):
+        ax.set_xticks(np.arange(len(ps)) + 0.4 - width / 2)
+        ax.set_xticklabels([f"{p} ranks" for p in ps])
+    ax_e.set_ylabel("exchange phase, ms (slowest rank)")
+    ax_r.axhline(1.0, color="k", lw=0.8)
+    ax_r.set_ylabel("MPI Write_at_all time / our two-phase time")
+    ax_e.legend(fontsize=7)
+    fig.suptitle("real MPI on 2 shared cores (oversubscribed): indicative only", fontsize=9)
+    fig.tight_layout()
+    return fig
