@@ -1,0 +1,17 @@
+"""Vehicular and sensor networks: simulators, agents and baselines.
+
+Core modules, used by every chapter of the family:
+
+- :mod:`repro.netsim.mobility`   the road-grid city (bus routes, random-waypoint taxis), RSU placement,
+  KD-tree coverage and neighbour queries, and the 1-D road with Poisson vehicle arrivals.
+- :mod:`repro.netsim.queues`     FIFO links and servers with deterministic finish times.
+- :mod:`repro.netsim.oppcomm`    ``OppComm-v0``: opportunistic communication of bus-mounted sensors
+  (wait / 4G / RSU / relay), multi-agent with action masks.
+- :mod:`repro.netsim.v2x`        ``ThreeTierV2X-v0``: per-task offloading over V2I, V2C and V2I+I2C paths.
+- :mod:`repro.netsim.heuristics` the non-learning baselines of both simulators, on the same environments.
+- :mod:`repro.netsim.qlearning`  tabular Q-learning (one table per agent or one shared table).
+- :mod:`repro.netsim.dqn`        DQN from stable-baselines3, with queue-guided exploration.
+- :mod:`repro.netsim.figures`    figure helpers shared by two or more chapters.
+
+Chapter drivers live in :mod:`repro.netsim.chapters`.
+"""

@@ -1,0 +1,1 @@
+"""Chapter drivers of the vehicular and sensor-network family (one module per chapter)."""

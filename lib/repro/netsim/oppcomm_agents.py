@@ -1,0 +1,143 @@
+"""Training and evaluating agents on ``OppComm-v0``, shared by the opportunistic-communication chapters.
+
+:class:`Scenario` names a city, a packet rate and a deadline; :func:`train_q_agents` trains the
+per-device (or shared) Q-tables on one mobility seed and returns their learning curve;
+:func:`evaluate` plays any policy, learned or heuristic, on a held-out mobility seed with the same
+environment and returns its 4G cost and latency compliance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from tqdm import tqdm
+
+from repro.netsim.mobility import CitySpec
+from repro.netsim.oppcomm import ACTIONS, OppCommConfig, OppCommEnv
+from repro.netsim.qlearning import QLearningConfig, TabularQ, env_rewards, play_episode
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One opportunistic-communication scenario.
+
+    Parameters
+    ----------
+    buses, rsus
+        Fleet size (one device per bus) and RSU count.
+    grid, block_m
+        Intersections per side and block length of the road grid.
+    routes
+        Bus routes.
+    horizon_s
+        Simulated seconds per episode.
+    gen_interval_s, delta_s
+        Packet interval and latency threshold.
+    rsu_centre_share
+        Share of RSUs in the central square (0 = uniform).
+    """
+
+    buses: int
+    rsus: int
+    grid: int = 31
+    block_m: float = 100.0
+    routes: int = 12
+    horizon_s: float = 3600.0
+    gen_interval_s: int = 30
+    delta_s: float = 120.0
+    rsu_centre_share: float = 0.0
+
+    def config(self, theta: float = 0.5) -> OppCommConfig:
+        """The environment configuration of this scenario with reward weight ``theta``."""
+        city = CitySpec(grid=self.grid, block_m=self.block_m, buses=self.buses, routes=min(self.routes, self.buses),
+                        horizon_s=self.horizon_s)
+        return OppCommConfig(city=city, rsus=self.rsus, rsu_centre_share=self.rsu_centre_share,
+                             gen_interval_s=self.gen_interval_s, delta_s=self.delta_s, theta=theta)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one policy achieved in one episode.
+
+    Attributes
+    ----------
+    cost_4g_percent
+        Packets sent over 4G, percent of those generated (all-4G = 100).
+    compliance_percent
+        Decided packets that met delta, percent.
+    late_percent
+        ``100 - compliance_percent``.
+    rsu_percent
+        Packets delivered through RSUs, percent of those generated.
+    """
+
+    cost_4g_percent: float
+    compliance_percent: float
+    late_percent: float
+    rsu_percent: float
+
+    @property
+    def saving_percent(self) -> float:
+        """4G cost saved against all-4G, percent."""
+        return 100.0 - self.cost_4g_percent
+
+
+def _outcome(env: OppCommEnv) -> Outcome:
+    s = env.stats()
+    return Outcome(s.cost_4g_percent, s.compliance_percent, 100.0 - s.compliance_percent,
+                   100.0 * s.sent_rsu / max(s.generated, 1))
+
+
+def train_q_agents(scenario: Scenario, episodes: int, seed: int, qconfig: QLearningConfig, theta: float = 0.5,
+                   reward_fn: Callable[[dict, dict], np.ndarray] = env_rewards,
+                   desc: str = "Q-learning") -> tuple[TabularQ, list[Outcome]]:
+    """Train Q-tables for ``episodes`` episodes on the mobility of ``seed``.
+
+    Parameters
+    ----------
+    scenario
+        The scenario.
+    episodes
+        Training episodes (epsilon follows ``qconfig.epsilon_at``).
+    seed
+        Mobility seed of the training city; also seeds exploration.
+    qconfig
+        Q-learning hyper-parameters.
+    theta
+        Reward weight of the environment (ignored by a custom ``reward_fn``).
+    reward_fn
+        Reward the agents learn from (default: the environment's).
+    desc
+        Progress-bar label.
+
+    Returns
+    -------
+    tuple
+        The trained agent and the outcome of every training episode (the learning curve).
+    """
+    env = OppCommEnv(scenario.config(theta))
+    agent = TabularQ(env.config.devices, env.config.n_states, len(ACTIONS), qconfig)
+    rng = np.random.default_rng([seed, 17])
+    curve = []
+    for ep in tqdm(range(episodes), desc=desc, leave=False):
+        eps = qconfig.epsilon_at(ep)
+        play_episode(env, seed, lambda obs, info: agent.act(obs["state"], obs["mask"], eps, rng), agent, reward_fn)
+        curve.append(_outcome(env))
+    return agent, curve
+
+
+def evaluate(scenario: Scenario, seed: int, act: Callable[[dict, dict, np.random.Generator], np.ndarray],
+             theta: float = 0.5) -> Outcome:
+    """Play ``act(obs, info, rng)`` for one episode on the mobility of ``seed`` (no learning)."""
+    env = OppCommEnv(scenario.config(theta))
+    rng = np.random.default_rng([seed, 29])
+    play_episode(env, seed, lambda obs, info: act(obs, info, rng))
+    return _outcome(env)
+
+
+def greedy_q(agent: TabularQ) -> Callable[[dict, dict, np.random.Generator], np.ndarray]:
+    """The learned policy with exploration off."""
+    return lambda obs, info, rng: agent.greedy(obs["state"], obs["mask"])
+
