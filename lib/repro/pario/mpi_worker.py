@@ -9,8 +9,11 @@ median over repeats.  Rank 0 writes a JSON report atomically.
 
 The job (JSON) holds ``decomp`` (fields of :class:`~repro.pario.decomp.DecompSpec`),
 ``aggregators``, ``stripe``, ``kernels`` (e.g. ``["unordered", "balanced:4"]``),
-``repeats``, ``workdir`` and optionally ``fail_rank`` (that rank raises before
-the exchange, to test that a failing rank ends the job).
+``repeats``, ``workdir``, optionally ``fail_rank`` (that rank raises before
+the exchange, to test that a failing rank ends the job) and optionally ``tam``:
+``{"ranks_per_node": ppn, "per_node": [k, ...], "kernel": null or "balanced:2"}``
+for two-layer (intra-node) aggregation writes, each compared with MPI's file
+and read back through the INAs.
 
 :func:`launch` runs it through the shared launcher and returns the report.
 """
@@ -34,6 +37,8 @@ from repro.collectives.executors.launcher import run_mpi
 from repro.pario import mpiio
 from repro.pario.decomp import DecompSpec, expected_file, payload
 from repro.pario.kernels import KernelSpec
+from repro.pario.intranode import IntraNodeLayout
+from repro.pario.mpi_tam import tam_read, tam_write
 from repro.pario.mpi_twophase import two_phase_write
 
 
@@ -98,7 +103,38 @@ def run_job(comm: Any, job: dict[str, Any]) -> dict[str, Any]:
             digest = _digest(path)
             row.update(identical_to_mpi=digest == mpi_digest, equals_pattern=digest == expected)
         report["writes"].append(row)
+    report["tam"] = [tam_case(comm, job["tam"], k, mine, data, workdir, repeats, mpi_digest, expected)
+                     for k in (job.get("tam") or {}).get("per_node", [])]
     return report
+
+
+def tam_case(comm: Any, tam: dict[str, Any], per_node: int, mine: Any, data: np.ndarray, workdir: Path,
+             repeats: int, mpi_digest: str, expected: str) -> dict[str, Any]:
+    """One two-layer write with ``per_node`` INAs per node: times, counts and the file check (rank 0)."""
+    rank = comm.Get_rank()
+    layout = IntraNodeLayout(comm.Get_size(), int(tam["ranks_per_node"]), per_node)
+    kernel = tam.get("kernel")
+    path = workdir / f"tam_{per_node}.bin"
+    parts = []
+    for _ in range(repeats):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        timing = tam_write(comm, str(path), mine, data, layout, kernel=kernel)
+        parts.append([_slowest(comm, x) for x in (timing.gather_s, timing.io_s, time.perf_counter() - t0)])
+    back = tam_read(comm, str(path), mine, layout)
+    med = np.median(np.array(parts), axis=0)
+    row = {"per_node": per_node, "ranks_per_node": layout.ranks_per_node, "nodes": layout.nodes,
+           "layer2": kernel or "MPI Write_at_all",
+           "participants": int(comm.allreduce(int(timing.is_ina))),
+           "pieces_in": int(comm.allreduce(timing.pieces_in)), "pieces_out": int(comm.allreduce(timing.pieces_out)),
+           "layer1_messages": int(comm.allreduce(timing.layer1_messages)),
+           "layer1_bytes": int(comm.allreduce(timing.layer1_bytes)),
+           "gather_s": med[0], "io_s": med[1], "total_s": med[2],
+           "read_back_ok": not comm.allreduce(int(not np.array_equal(back, data)))}
+    if rank == 0:
+        digest = _digest(path)
+        row.update(identical_to_mpi=digest == mpi_digest, equals_pattern=digest == expected)
+    return row
 
 
 def main(argv: Sequence[str] | None = None) -> int:

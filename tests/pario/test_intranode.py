@@ -1,0 +1,81 @@
+"""Intra-node aggregation: layout, k-way merge and coalescing, and TAM writes on real MPI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from repro.pario import decomp as dc
+from repro.pario.intranode import IntraNodeLayout, ina_aggregators, ina_counts, merge_requests
+from repro.pario.mpi_worker import launch
+from repro.pario.twophase import exchange_plan
+
+
+def test_layout_groups_and_inas() -> None:
+    lay = IntraNodeLayout(16, 8, 2)
+    assert lay.nodes == 2 and lay.group_size == 4
+    assert lay.inas() == [0, 4, 8, 12]
+    assert [lay.ina_of(r) for r in range(8)] == [0, 0, 0, 0, 4, 4, 4, 4]
+    assert all(lay.node_of(m) == lay.node_of(i) for i in lay.inas() for m in lay.members(i))
+    assert ina_aggregators(lay) == [0, 2]
+    with pytest.raises(ValueError):
+        IntraNodeLayout(16, 8, 3)
+    with pytest.raises(ValueError):
+        IntraNodeLayout(12, 8, 1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_heap_merge_equals_sorted_concatenation(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    d = dc.irregular_runs(int(rng.integers(100, 5000)), int(rng.integers(1, 9)), int(rng.integers(1, 9)), seed)
+    merged = merge_requests(list(d.ranks))
+    cat_off = np.concatenate([r.offsets for r in d.ranks])
+    cat_len = np.concatenate([r.lengths for r in d.ranks])
+    order = np.argsort(cat_off)
+    assert np.array_equal(merged.requests.offsets, cat_off[order])
+    assert np.array_equal(merged.requests.lengths, cat_len[order])
+    # the data permutation puts every member's bytes at their file position
+    data = np.concatenate([dc.payload(r) for r in d.ranks])
+    assert np.array_equal(data[merged.order], dc.payload(merged.requests))
+    # coalescing keeps the bytes and never merges pieces with a gap between them
+    ext = merged.extents
+    assert ext.nbytes == merged.requests.nbytes
+    assert np.all(ext.offsets[1:] > ext.offsets[:-1] + ext.lengths[:-1])
+
+
+def test_merge_keeps_gaps() -> None:
+    a = dc.Requests.from_pairs([0, 10], [5, 5])
+    b = dc.Requests.from_pairs([5, 30], [3, 2])
+    m = merge_requests([a, b])
+    assert m.extents.offsets.tolist() == [0, 10, 30] and m.extents.lengths.tolist() == [8, 5, 2]
+
+
+def test_ina_counts_sum_the_groups() -> None:
+    d = dc.irregular_runs(20000, 8, 7, seed=1)
+    plan = exchange_plan(d, 2)
+    lay = IntraNodeLayout(8, 4, 2)
+    got = ina_counts(plan.counts, lay)
+    assert got.shape == (4, 2)
+    assert np.array_equal(got[1], plan.counts[2] + plan.counts[3])
+    assert got.sum() == plan.counts.sum()
+
+
+@pytest.mark.parametrize("layer2", [None, "balanced:1"])
+def test_tam_file_matches_write_at_all(layer2: str | None) -> None:
+    job = {"decomp": {"kind": "subarray_2d", "file_size": 40 * 96, "grid": [2, 4], "tile": [3, 5], "cols": 96},
+           "aggregators": 2, "kernels": [], "repeats": 1,
+           "tam": {"ranks_per_node": 4, "per_node": [1, 2, 4], "kernel": layer2}}
+    report = launch(8, job, timeout=120)
+    assert [t["per_node"] for t in report["tam"]] == [1, 2, 4]
+    for t in report["tam"]:
+        assert t["identical_to_mpi"] and t["equals_pattern"] and t["read_back_ok"], t
+        assert t["participants"] == t["nodes"] * t["per_node"]
+        assert t["pieces_out"] <= t["pieces_in"]
+
+
+@pytest.mark.slow
+def test_tam_irregular_sixteen_ranks() -> None:
+    job = {"decomp": {"kind": "irregular", "file_size": 60000, "mean_run": 5, "seed": 4}, "aggregators": 4,
+           "kernels": [], "repeats": 1, "tam": {"ranks_per_node": 8, "per_node": [1, 2, 8]}}
+    report = launch(16, job, timeout=180)
+    assert all(t["identical_to_mpi"] and t["read_back_ok"] for t in report["tam"])
