@@ -167,3 +167,27 @@ def test_training_is_reproducible_by_seed() -> None:
     a = train_bridge(_denoiser(seed=1), xs, xs + 1, torch.ones(64, 1), **kw)
     b = train_bridge(_denoiser(seed=1), xs, xs + 1, torch.ones(64, 1), **kw)
     assert all(torch.equal(p, q) for p, q in zip(a.ema_model.parameters(), b.ema_model.parameters()))
+
+
+def test_pairs_for_epoch_feeds_each_later_epoch_its_own_pairs() -> None:
+    g = torch.Generator().manual_seed(0)
+    xs, xt, c = torch.randn(40, 2, generator=g), torch.randn(40, 2, generator=g), torch.randn(40, 1, generator=g)
+    kw = dict(schedule=BridgeSchedule(n_timesteps=50), epochs=3, batch_size=16, ema_decay=None, seed=4)
+    fixed = train_bridge(_denoiser(seed=1), xs, xt, c, **kw)
+    asked: list[int] = []
+
+    def same_pairs(epoch: int):
+        asked.append(epoch)
+        return xs, xt, c
+
+    # handing back the same pairs every epoch reproduces training on fixed pairs exactly
+    again = train_bridge(_denoiser(seed=1), xs, xt, c, pairs_for_epoch=same_pairs, **kw)
+    assert asked == [1, 2]
+    for p, q in zip(fixed.model.parameters(), again.model.parameters()):
+        assert torch.equal(p, q)
+    # fresh pairs (of another size) change the model; epoch 0 still trains on the pairs passed in
+    fresh = train_bridge(_denoiser(seed=1), xs, xt, c, pairs_for_epoch=lambda e: (xs[: 20 + e], xt[: 20 + e] + 1.0, c[: 20 + e]), **kw)
+    assert fresh.history[0] == fixed.history[0]
+    assert not all(torch.equal(p, q) for p, q in zip(fixed.model.parameters(), fresh.model.parameters()))
+    with pytest.raises(ValueError, match="cond must have"):
+        train_bridge(_denoiser(seed=1), xs, xt, c, pairs_for_epoch=lambda e: (xs, xt, c[:5]), **kw)

@@ -2,7 +2,7 @@
 
 Public API (stable):
     ``BridgeSchedule(n_timesteps, m_min, m_max, max_var)``: the ``m_t`` / ``var_t`` schedule; ``q_sample`` and ``bridge_marginal`` draw the forward bridge.
-    ``train_bridge(denoiser, x_source, x_target, cond, *, schedule, epochs, ...) -> BridgeTrainResult`` (``model``, ``ema_model``, ``history``).
+    ``train_bridge(denoiser, x_source, x_target, cond, *, schedule, epochs, ..., pairs_for_epoch=None) -> BridgeTrainResult`` (``model``, ``ema_model``, ``history``).
     ``bridge_sample(denoiser, x_source, cond, *, schedule, n_steps, eta, guidance, ...)``: reverse walk from source to target estimates.
     ``MLPDenoiser(dim, cond_dim, hidden, n_timesteps, activation)``: a vector denoiser; any module ``denoiser(x_t, t, cond)`` works.
     Helpers: ``guided_prediction`` (classifier-free guidance), ``drop_condition``, ``sampling_steps``, ``EMA``.
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -52,6 +52,10 @@ from repro.validation import (
     check_positive,
     check_positive_int,
 )
+
+
+PairSource = Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+"""``epoch -> (x_source, x_target, cond)``: fresh training pairs for one epoch of :func:`train_bridge`."""
 
 
 @dataclass(frozen=True)
@@ -284,6 +288,18 @@ class BridgeTrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
+def _check_pairs(x_source: torch.Tensor, x_target: torch.Tensor, cond: torch.Tensor | None) -> int:
+    """The number of training pairs, after checking that the three tensors agree."""
+    if x_source.shape != x_target.shape:
+        raise ValueError(f"x_source and x_target must have the same shape, got {tuple(x_source.shape)} and {tuple(x_target.shape)}")
+    n = x_source.shape[0]
+    if n < 1:
+        raise ValueError("x_source must hold at least one pair")
+    if cond is not None and cond.shape[0] != n:
+        raise ValueError(f"cond must have {n} rows, got {cond.shape[0]}")
+    return n
+
+
 def train_bridge(
     denoiser: nn.Module,
     x_source: torch.Tensor,
@@ -300,6 +316,7 @@ def train_bridge(
     ema_start: int = 0,
     null_cond: torch.Tensor | None = None,
     seed: int = 0,
+    pairs_for_epoch: PairSource | None = None,
 ) -> BridgeTrainResult:
     """Train ``denoiser`` to regress the bridge objective on ``(x_source, x_target)`` pairs.
 
@@ -331,6 +348,12 @@ def train_bridge(
         The null condition (zeros by default).
     seed
         Seed of batches, steps, noise and condition drops.
+    pairs_for_epoch
+        If given, called as ``pairs_for_epoch(epoch)`` before every epoch
+        after the first; the epoch then trains on the ``(x_source, x_target,
+        cond)`` it returns (any number of pairs) instead of the pairs passed
+        in, which serve epoch 0 only.  ``None`` (the default) trains every
+        epoch on the same pairs.
 
     Returns
     -------
@@ -338,13 +361,7 @@ def train_bridge(
         The trained model, its EMA copy and the loss log.
     """
     schedule = schedule or BridgeSchedule()
-    if x_source.shape != x_target.shape:
-        raise ValueError(f"x_source and x_target must have the same shape, got {tuple(x_source.shape)} and {tuple(x_target.shape)}")
-    n = x_source.shape[0]
-    if n < 1:
-        raise ValueError("x_source must hold at least one pair")
-    if cond is not None and cond.shape[0] != n:
-        raise ValueError(f"cond must have {n} rows, got {cond.shape[0]}")
+    n = _check_pairs(x_source, x_target, cond)
     epochs = check_positive_int("epochs", epochs)
     batch_size = check_positive_int("batch_size", batch_size)
     lr = check_positive("lr", lr)
@@ -356,6 +373,9 @@ def train_bridge(
     step = 0
     denoiser.train()
     for epoch in range(epochs):
+        if pairs_for_epoch is not None and epoch > 0:
+            x_source, x_target, cond = pairs_for_epoch(epoch)
+            n = _check_pairs(x_source, x_target, cond)
         perm = torch.randperm(n, generator=gen)
         total, batches = 0.0, 0
         for start in range(0, n, batch_size):

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy import stats
 
 from repro.offopt import grid as g
 from repro.offopt.pipeline import fit_surrogate, run_method
@@ -170,3 +171,40 @@ def test_grid_settings_are_frozen_tuples_named_as_the_schema(tasks) -> None:
     built = s.build_tasks()
     assert [t.name for t in built] == [t.name for t in tasks]
     np.testing.assert_array_equal(built[0].x, tasks[0].x)
+
+
+def test_paired_mean_gain_is_the_mean_with_a_t_interval(rows_from) -> None:
+    vals = {("t1", "ga", 0): 0.50, ("t1", "ga+ignite", 0): 0.55, ("t2", "ga", 0): 0.40, ("t2", "ga+ignite", 0): 0.38,
+            ("t1", "ga", 1): 0.50, ("t1", "ga+ignite", 1): 0.60, ("t2", "ga", 1): 0.40, ("t2", "ga+ignite", 1): 0.44}
+    rows = rows_from(vals)
+    rel = np.array([10.0, -5.0, 20.0, 10.0])  # percent of |vanilla|, pairs in (task, seed) order
+    m = g.paired_mean_gain(rows, "ignite")
+    half = stats.t.ppf(0.975, df=3) * rel.std(ddof=1) / 2.0
+    assert m.n == 4 and m.unit == "%" and m.confidence == 0.95
+    assert m.mean == pytest.approx(rel.mean())
+    assert (m.low, m.high) == pytest.approx((rel.mean() - half, rel.mean() + half))
+    absolute = g.paired_mean_gain(rows, "ignite", relative=False, confidence=0.5)
+    assert absolute.unit == "points" and absolute.mean == pytest.approx(100 * (0.05 - 0.02 + 0.10 + 0.04) / 4)
+    assert absolute.high - absolute.low < m.high - m.low
+    assert g.regulariser_claims(rows, "ignite")["mean_rel_gain_pct"] == pytest.approx([2.5, 15.0])
+    one = rows[(rows.seed == 0) & (rows.task == "t1")]
+    with pytest.raises(ValueError, match="two"):
+        g.paired_mean_gain(one, "ignite")
+    with pytest.raises(ValueError, match="confidence"):
+        g.paired_mean_gain(rows, "ignite", confidence=1.0)
+
+
+def test_the_max_of_null_gains_looks_like_a_boost_but_the_paired_mean_does_not(rows_from) -> None:
+    """A regulariser that changes nothing, scored with noise: the max over pairs grows, the interval holds 0."""
+    rng = np.random.default_rng(0)
+    vals = {}
+    for task in range(6):
+        for seed in range(8):
+            base = 0.6 + 0.1 * task / 6
+            vals[(f"t{task}", "ga", seed)] = base + 0.03 * rng.standard_normal()
+            vals[(f"t{task}", "ga+ignite", seed)] = base + 0.03 * rng.standard_normal()
+    rows = rows_from(vals)
+    assert max(g.regulariser_claims(rows, "ignite")["max_rel_gain_pct"]) > 5.0  # "a boost" from noise alone
+    m = g.paired_mean_gain(rows, "ignite")
+    assert m.low < 0.0 < m.high and not m.excludes_zero
+

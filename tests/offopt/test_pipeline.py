@@ -80,3 +80,16 @@ def test_method_names_are_validated() -> None:
 def test_unknown_config_fields_are_rejected(task: OfflineTask) -> None:
     with pytest.raises(ValueError, match="epoch"):
         propose(task, "grad_ascent", surrogate={"epoch": 3})
+
+
+def test_root_pairs_per_epoch_is_an_option_that_draws_new_pairs(task: OfflineTask) -> None:
+    once = propose(task, "root", seed=2, **{**TINY, "root": {**TINY["root"], "epochs": 3}})
+    assert once.extras["n_pairs_by_epoch"] == [once.extras["n_pairs"]]  # the default builds the pairs once
+    fresh_root = {**TINY["root"], "epochs": 3, "pairs_per_epoch": True}
+    fresh = propose(task, "root", seed=2, **{**TINY, "root": fresh_root})
+    counts = fresh.extras["n_pairs_by_epoch"]
+    assert len(counts) == 3 and counts[0] == once.extras["n_pairs"]  # epoch 0 trains on the same first draw
+    assert fresh.extras["bridge_history"][0] == once.extras["bridge_history"][0]
+    assert not np.array_equal(fresh.candidates, once.candidates)
+    assert np.array_equal(fresh.candidates, propose(task, "root", seed=2, **{**TINY, "root": fresh_root}).candidates)
+

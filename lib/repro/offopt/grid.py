@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 import torch
+from scipy import stats
 from tqdm import tqdm
 
 from repro.offopt.pipeline import REGULARIZERS, fit_surrogate, parse_method, propose
@@ -479,8 +480,10 @@ def regulariser_claims(rows: pd.DataFrame, regularizer: str, metric: str = "p100
     dict
         ``frac_improved``: share of (task, base) pairs whose ``metric`` rose;
         ``mean_gain_points``: mean gain over pairs, in points (100 x normalised
-        score); ``max_rel_gain_pct``: the largest relative gain over pairs, percent.
-        One value per seed, seeds ascending.
+        score); ``max_rel_gain_pct``: the largest relative gain over pairs, percent;
+        ``mean_rel_gain_pct``: the mean relative gain over pairs, percent (see
+        :func:`paired_mean_gain` for its interval).  One value per seed, seeds
+        ascending.
     """
     g = paired_gains(rows, regularizer, metric)
     by = g.groupby("seed", sort=True)
@@ -488,7 +491,82 @@ def regulariser_claims(rows: pd.DataFrame, regularizer: str, metric: str = "p100
         "frac_improved": [float((s.gain > 0).mean()) for _, s in by],
         "mean_gain_points": [float(100.0 * s.gain.mean()) for _, s in by],
         "max_rel_gain_pct": [float(s.rel_gain_pct.max()) for _, s in by],
+        "mean_rel_gain_pct": [float(s.rel_gain_pct.mean()) for _, s in by],
     }
+
+
+@dataclass(frozen=True)
+class PairedMean:
+    """The mean of paired regularised-against-vanilla gains, with a Student-t confidence interval.
+
+    Attributes
+    ----------
+    mean
+        Mean gain over the pairs.
+    low, high
+        The interval's ends.
+    n
+        Number of pairs.
+    confidence
+        The interval's confidence level.
+    unit
+        ``"%"`` (relative gains) or ``"points"`` (absolute gains, 100 x normalised score).
+    """
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    confidence: float
+    unit: str
+
+    @property
+    def excludes_zero(self) -> bool:
+        """Whether the whole interval lies on one side of zero."""
+        return self.low > 0.0 or self.high < 0.0
+
+
+def paired_mean_gain(
+    rows: pd.DataFrame, regularizer: str, metric: str = "p100", *, relative: bool = True, confidence: float = 0.95
+) -> PairedMean:
+    """Mean paired gain of the regulariser over every (task, base optimiser, seed) pair, with a t-interval.
+
+    This is the robust counterpart of ``max_rel_gain_pct`` in
+    :func:`regulariser_claims`: the largest of many noisy paired gains grows
+    with the number of pairs even when the regulariser does nothing, while the
+    mean and its interval do not.
+
+    Parameters
+    ----------
+    rows
+        Grid rows holding ``base`` and ``base+regularizer`` methods.
+    regularizer
+        ``"boss"``, ``"ignite"`` or ``"ignite2"``.
+    metric
+        Score percentile.
+    relative
+        Relative gains in percent of ``|vanilla|`` (``rel_gain_pct`` of
+        :func:`paired_gains`) if ``True``, else absolute gains in points.
+    confidence
+        Confidence level of the interval, in ``(0, 1)``.
+
+    Returns
+    -------
+    PairedMean
+        Mean, interval (:func:`scipy.stats.ttest_1samp`'s), number of pairs and unit.
+
+    Raises
+    ------
+    ValueError
+        With fewer than two pairs (no interval), or a bad ``confidence``.
+    """
+    confidence = check_open_interval("confidence", confidence, 0.0, 1.0)
+    g = paired_gains(rows, regularizer, metric)
+    values = g.rel_gain_pct.to_numpy() if relative else 100.0 * g.gain.to_numpy()
+    if len(values) < 2:
+        raise ValueError(f"a confidence interval needs at least two (task, base, seed) pairs, got {len(values)}")
+    ci = stats.ttest_1samp(values, 0.0).confidence_interval(confidence)
+    return PairedMean(float(values.mean()), float(ci.low), float(ci.high), len(values), confidence, "%" if relative else "points")
 
 
 def diagnostic_reduction(rows: pd.DataFrame, regularizer: str, column: str) -> list[float]:

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from repro.bridge import BridgeSchedule, MLPDenoiser, bridge_sample, train_bridge
-from repro.offopt.gp import build_root_pairs
+from repro.offopt.gp import DesignPairs, build_root_pairs
 from repro.offopt.optimizers import (
     as_numpy_fn,
     cma_es,
@@ -124,6 +124,10 @@ class RootConfig:
     faithful_to_code
         If ``True``, swap the two ``y`` slots at sampling as the ROOT code does
         (train ``(y_high, y_low)``, sample ``(y_low, y_high)``).
+    pairs_per_epoch
+        If ``True``, draw a fresh GP ensemble and fresh pairs before every
+        bridge epoch, as the ROOT code does; ``False`` (the default, today's
+        chapter) builds the pairs once and trains every epoch on them.
     """
 
     n_functions: int = 8
@@ -150,6 +154,7 @@ class RootConfig:
     target_scale: float = 0.8
     target_from: str = "task_max"
     faithful_to_code: bool = False
+    pairs_per_epoch: bool = False
 
 
 @dataclass
@@ -356,8 +361,8 @@ def propose(
     return _finish(task, method, cz, model, extras)
 
 
-def _propose_root(task: OfflineTask, method: str, *, seed: int, k: int, cfg: RootConfig) -> Proposal:
-    check_choice("target_from", cfg.target_from, ("task_max", "offline_max"))
+def _root_pairs(task: OfflineTask, cfg: RootConfig, seed: int) -> DesignPairs:
+    """ROOT's GP-ensemble pairs on the task's z-scored offline data, drawn from ``seed``."""
     pairs = build_root_pairs(
         task.x_z,
         task.y_z,
@@ -368,7 +373,7 @@ def _propose_root(task: OfflineTask, method: str, *, seed: int, k: int, cfg: Roo
         threshold=cfg.threshold,
         kind=cfg.gp_kind,
         max_points=cfg.gp_max_points,
-        seed=derive_seed(seed, 60),
+        seed=seed,
         lengthscale=cfg.lengthscale,
         outputscale=cfg.outputscale,
         delta_lengthscale=cfg.delta,
@@ -377,10 +382,30 @@ def _propose_root(task: OfflineTask, method: str, *, seed: int, k: int, cfg: Roo
     )
     if len(pairs) == 0:
         raise ValueError("ROOT kept no GP pairs; raise gp_lr or gp_steps, or lower threshold")
+    return pairs
+
+
+def _bridge_tensors(pairs: DesignPairs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x_low, x_high, cond)`` float32 tensors: the bridge's source, target and ``(y_high, y_low)`` condition."""
     f32 = torch.float32
     x_low = torch.as_tensor(pairs.x_low, dtype=f32)
     x_high = torch.as_tensor(pairs.x_high, dtype=f32)
     cond = torch.as_tensor(np.stack([pairs.y_high, pairs.y_low], axis=1), dtype=f32)
+    return x_low, x_high, cond
+
+
+def _propose_root(task: OfflineTask, method: str, *, seed: int, k: int, cfg: RootConfig) -> Proposal:
+    check_choice("target_from", cfg.target_from, ("task_max", "offline_max"))
+    pairs = _root_pairs(task, cfg, derive_seed(seed, 60))
+    x_low, x_high, cond = _bridge_tensors(pairs)
+    pair_counts = [len(pairs)]
+
+    def fresh_pairs(epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        drawn = _root_pairs(task, cfg, derive_seed(seed, 60, epoch))
+        pair_counts.append(len(drawn))
+        return _bridge_tensors(drawn)
+
+    f32 = torch.float32
     schedule = BridgeSchedule(n_timesteps=cfg.n_timesteps)
     denoiser = seeded(lambda: MLPDenoiser(task.dim, cond_dim=2, hidden=cfg.hidden, n_timesteps=cfg.n_timesteps), derive_seed(seed, 61))
     res = train_bridge(
@@ -395,6 +420,7 @@ def _propose_root(task: OfflineTask, method: str, *, seed: int, k: int, cfg: Roo
         p_uncond=cfg.p_uncond,
         ema_decay=cfg.ema_decay,
         seed=derive_seed(seed, 62),
+        pairs_for_epoch=fresh_pairs if cfg.pairs_per_epoch else None,
     )
     order = np.argsort(-task.y, kind="stable")[: min(k, task.x.shape[0])]
     start_z = task.x_z[order]
@@ -415,7 +441,8 @@ def _propose_root(task: OfflineTask, method: str, *, seed: int, k: int, cfg: Roo
         guidance=cfg.guidance,
         seed=derive_seed(seed, 63),
     )
-    extras = {"n_pairs": len(pairs), "bridge_history": res.history, "y_target_z": y_target, "config": asdict(cfg)}
+    extras = {"n_pairs": len(pairs), "n_pairs_by_epoch": pair_counts, "bridge_history": res.history, "y_target_z": y_target,
+              "config": asdict(cfg)}
     return _finish(task, method, out.double().numpy(), None, extras)
 
 
