@@ -16,7 +16,13 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 export JUPYTER_PLATFORM_DIRS := 1
 
-.PHONY: setup apt venv data dvcyaml run book html test bench lock clean
+.PHONY: setup apt venv data dvcyaml run book html test lint bench lock clean
+
+## `make book PROFILE=smoke` builds the quick book from smoke runs; `make book COURSE=<name>` a book of the
+## chapters in book/courses/<name>.yaml (only those are run)
+PROFILE ?= cpu
+COURSE ?=
+BOOK_DIR := $(if $(COURSE),build/courses/$(COURSE),book)
 
 setup: apt venv $(MATHJAX)
 
@@ -60,18 +66,24 @@ data: setup
 dvcyaml: setup
 	repro dvc
 
-## rerun the chapters whose inputs changed, at the cpu profile
+## rerun the chapters whose inputs changed, at the cpu profile, through DVC
 run: data dvcyaml
-	dvc repro
+	dvc repro -q
 
-## the HTML book (build/book/_build/html)
-book: run
-	repro book --profile cpu
-	jupyter-book build book -W -n --keep-going
-	@echo "book: $(CURDIR)/book/_build/html/index.html"
+## the HTML book: the full cpu book runs through DVC; a quick (PROFILE=smoke) or course book runs what is
+## not fresh itself, one line per chapter
+book: data dvcyaml
+	@if [ "$(PROFILE)" = cpu ] && [ -z "$(COURSE)" ]; then dvc repro -q; fi
+	repro book --profile $(PROFILE) $(if $(COURSE),--course $(COURSE)) --run
+	jupyter-book build $(BOOK_DIR) -W -n --keep-going -q
+	@echo "book: $(CURDIR)/$(BOOK_DIR)/_build/html/index.html"
 
-## unit tests, every chapter at the smoke profile, and a -W book build
-test: data
+## lint: ruff (pycodestyle, pyflakes, import order, numpy-style docstrings)
+lint: setup
+	ruff check lib tests bench
+
+## lint, unit tests, every chapter at the smoke profile, and a -W book build
+test: data lint
 	python -m pytest -n 2 --dist loadfile -q
 
 ## benchmarks, side by side with ratios

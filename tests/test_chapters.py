@@ -61,6 +61,45 @@ def test_chapter_runs_at_smoke(smoke, ch):
     assert not (out / "build" / "staging" / ch.id).exists(), "empty staging folders removed after publishing"
 
 
+LAYOUT_PROBE = """
+window.addEventListener("load", () => {
+  const col = document.querySelector("article.bd-article") || document.querySelector("main");
+  const right = col.getBoundingClientRect().right + 1;
+  let over = 0;
+  for (const el of col.querySelectorAll("*")) {
+    const box = el.getBoundingClientRect();
+    if (box.width > 0 && box.right > right && !el.closest("div.cell_output table, .bd-article table")) { over += 1; }
+  }
+  const params = document.querySelectorAll(".tag_parameters, .tag_injected-parameters").length;
+  document.body.setAttribute("data-overflow", String(over));
+  document.body.setAttribute("data-parameter-blocks", String(params));
+});
+"""
+
+
+def _add_layout_probe(book: Path) -> None:
+    """Add a script to the test copy of the book that records overflow and parameter blocks in the DOM."""
+    (book / "_static" / "layout-probe.js").write_text(LAYOUT_PROBE)
+    config = (book / "_config.yml").read_text()
+    (book / "_config.yml").write_text(config.replace('html_css_files: ["custom.css"]',
+                                                     'html_css_files: ["custom.css"]\n    html_js_files: ["layout-probe.js"]'))
+
+
+def _chromium_dom(page: Path) -> str:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("Debian's chromium is required (make setup installs it)")
+    with tempfile.TemporaryDirectory() as prof:
+        res = subprocess.run(
+            ["timeout", "90", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={prof}", "--window-size=1280,900", "--virtual-time-budget=5000", "--dump-dom",
+             page.as_uri()],
+            capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
 def _plain(text: str) -> str:
     """HTML text with entities decoded and typographic quotes made plain (Sphinx smartens quotes)."""
     return html.unescape(text).replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
@@ -73,7 +112,9 @@ def built_book(smoke, root, tmp_path_factory):
 
     out, _ = smoke
     book = tmp_path_factory.mktemp("book") / "book"
-    shutil.copytree(root / "book", book, ignore=shutil.ignore_patterns("_build", "chapters", "_toc.yml", "scoreboard.md"))
+    shutil.copytree(root / "book", book, ignore=shutil.ignore_patterns("_build", "chapters", "_toc.yml", "scoreboard.md",
+                                                                        "status.md"))
+    _add_layout_probe(book)
     os.environ["REPRO_OUTPUT_ROOT"] = str(out)
     try:
         assemble(profile="smoke", book_dir=book)
@@ -108,22 +149,66 @@ def test_scoreboard_lists_every_claim(built_book):
 
 def test_chapter_page_renders_figure_in_chromium(built_book):
     book, proc = built_book
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("Debian's chromium is required (make setup installs it)")
     ch = REG.chapters[0]
     page = book / "_build" / "html" / "chapters" / ch.family / f"{ch.id}.html"
-    with tempfile.TemporaryDirectory() as prof:
-        res = subprocess.run(
-            ["timeout", "90", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={prof}", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
-            capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-2000:]
-    dom = res.stdout
+    dom = _chromium_dom(page)
     srcs = re.findall(r'<img[^>]+src="([^"]+\.png)"', dom)
     assert srcs, "the rendered chapter page shows at least one figure"
     for s in srcs:
         img = (page.parent / s).resolve()
         assert img.is_file() and img.stat().st_size > 5000
     assert "mjx-container" in dom, "equations are typeset by the bundled MathJax"
+
+
+@pytest.mark.parametrize("family", list(REG.by_family()))
+def test_pages_show_one_parameters_block_and_stay_in_the_column(built_book, family):
+    """The first chapter of each family, rendered in Chromium at 1280 px."""
+    book, _ = built_book
+    ch = REG.by_family()[family][0]
+    dom = _chromium_dom(book / "_build" / "html" / "chapters" / ch.family / f"{ch.id}.html")
+    blocks = re.search(r'data-parameter-blocks="(\d+)"', dom)
+    overflow = re.search(r'data-overflow="(\d+)"', dom)
+    assert blocks and overflow, "the layout probe ran"
+    assert blocks.group(1) == "1", f"{ch.id}: {blocks.group(1)} parameters blocks on the page"
+    assert overflow.group(1) == "0", f"{ch.id}: {overflow.group(1)} elements overflow the content column"
+    assert "Rerun with papermill directly" in dom and "This page shows the" in dom
+
+
+def test_status_page_lists_every_chapter_and_profile(built_book):
+    book, _ = built_book
+    md = (book / "status.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| {doc}")]
+    assert len(rows) == 3 * len(REG.chapters)
+    smoke_rows = [r for r in rows if "| `smoke` |" in r]
+    assert all("fresh" in r or "stale" in r for r in smoke_rows) and all(" s |" in r for r in smoke_rows)
+
+
+def test_two_chapter_course_builds_with_only_its_chapters(smoke, root, tmp_path):
+    """A course book holds only its chapters, in its order, in the table of contents and the scoreboard."""
+    import os
+
+    out, _ = smoke
+    course_root = tmp_path / "repo"
+    shutil.copytree(root / "book", course_root / "book", ignore=shutil.ignore_patterns("_build", "chapters", "_toc.yml"))
+    (course_root / "notebooks").symlink_to(root / "notebooks")
+    picked = [REG.chapters[-1].id, REG.chapters[0].id]
+    (course_root / "book" / "courses" / "two.yaml").write_text(
+        f"title: Two chapters\nchapters: {picked}\nintro: A course of two.\nexercises: Run both.\n")
+    os.environ["REPRO_OUTPUT_ROOT"] = str(out)
+    try:
+        assemble(profile="smoke", root=course_root, course="two")
+    finally:
+        del os.environ["REPRO_OUTPUT_ROOT"]
+    course_book = course_root / "build" / "courses" / "two"
+    toc_text = (course_book / "_toc.yml").read_text()
+    assert [line.split("/")[-1] for line in toc_text.splitlines() if "file: chapters/" in line] == picked
+    score = (course_book / "scoreboard.md").read_text()
+    rows = [line for line in score.splitlines() if line.startswith("| {doc}")]
+    assert len(rows) == sum(len(REG.get(c).claims) for c in picked)
+    jb = shutil.which("jupyter-book") or str(Path(sys.executable).with_name("jupyter-book"))
+    proc = subprocess.run([jb, "build", str(course_book), "-W", "-n", "--keep-going"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    html = course_book / "_build" / "html"
+    assert sorted(p.stem for p in (html / "chapters").rglob("*.html")) == sorted(picked)
+    assert "Two chapters" in (html / "intro.html").read_text() and (html / "exercises.html").is_file()

@@ -23,35 +23,19 @@ from matplotlib.figure import Figure
 from repro import atomic, results
 from repro.params import DEFAULT_PROFILE
 from repro.paths import executed_notebook, repo_root
-from repro.registry import (
-    BAND,
-    MEASURED_VERDICTS,
-    MODELLED_VERDICTS,
-    PRECONDITION_NOT_MET,
-    STRUCTURAL_VERDICTS,
-    Chapter,
-    Registry,
-    load_registry,
-)
+from repro.registry import BAND, VERDICT_CLASSES, Chapter, Registry, load_registry, verdict_class
+from repro.runner import status, verdict_counts
 
-#: Scoreboard classes, in display order, with the verdicts each holds and its colour.
-VERDICT_CLASSES: dict[str, tuple[tuple[str, ...], str]] = {
-    "reproduced": ((MEASURED_VERDICTS[0],), "#2e7d32"),
-    "exceeds the paper": ((MEASURED_VERDICTS[1],), "#9ccc65"),
-    "direction only": ((MEASURED_VERDICTS[2],), "#fbc02d"),
-    "not reproduced at this scale": ((MEASURED_VERDICTS[3],), "#c62828"),
-    "precondition not met": ((PRECONDITION_NOT_MET,), "#8d6e63"),
-    "structural": (STRUCTURAL_VERDICTS, "#78909c"),
-    "modelled": (MODELLED_VERDICTS, "#7e57c2"),
+#: The colour of each scoreboard class in the figures.
+CLASS_COLOURS = {
+    "reproduced": "#2e7d32",
+    "exceeds the paper": "#9ccc65",
+    "direction only": "#fbc02d",
+    "not reproduced at this scale": "#c62828",
+    "precondition not met": "#8d6e63",
+    "structural": "#78909c",
+    "modelled": "#7e57c2",
 }
-
-
-def verdict_class(verdict: str) -> str:
-    """The scoreboard class of a verdict (structural and modelled verdicts are counted apart)."""
-    for name, (members, _) in VERDICT_CLASSES.items():
-        if verdict in members:
-            return name
-    raise ValueError(f"unknown verdict {verdict!r}")
 
 
 @dataclass(frozen=True)
@@ -101,7 +85,7 @@ def verdicts_by_family_svg(registry: Registry, claims: list[ScoredClaim]) -> str
     fig = Figure(figsize=(7.5, 0.45 * len(fams) + 1.2))
     ax = fig.subplots()
     left = [0] * len(fams)
-    for name, (_, colour) in VERDICT_CLASSES.items():
+    for name, colour in CLASS_COLOURS.items():
         counts = [sum(1 for c in claims if c.chapter.family == f and c.verdict and verdict_class(c.verdict) == name)
                   for f in fams]
         ax.barh(range(len(fams)), counts, left=left, color=colour, label=name)
@@ -128,7 +112,7 @@ def ours_vs_paper_svg(claims: list[ScoredClaim]) -> str:
         ax.fill_between(grid, [g * BAND[0] for g in grid], [g * BAND[1] for g in grid], color="0.85",
                         label=f"reproduction band ({BAND[0]:g}–{BAND[1]:g}×)")
         for x, y, c in shown:
-            colour = VERDICT_CLASSES[verdict_class(c.verdict)][1]
+            colour = CLASS_COLOURS[verdict_class(c.verdict)]
             dot = ax.scatter([x], [abs(y)], color=colour, edgecolor="black", s=36, zorder=3)
             dot.set_urls([f"chapters/{c.chapter.family}/{c.chapter.id}.html"])
         ax.set_xscale("log")
@@ -167,9 +151,20 @@ def provenance_markdown(record: dict[str, Any]) -> str:
     return f"```{{admonition}} Provenance of this page\n:class: note\n\n| | |\n|---|---|\n{table}\n```\n"
 
 
+def profile_banner(profile: str) -> str:
+    """A note on pages that show a profile other than the default one."""
+    if profile == DEFAULT_PROFILE:
+        return ""
+    what = ("its numbers prove that the code runs and are not evidence of anything" if profile == "smoke"
+            else "the paper's own scale")
+    return f"```{{important}}\nThis page shows the `{profile}` profile: {what}.\n```\n"
+
+
 def chapter_page(chapter: Chapter, profile: str, root: Path) -> dict[str, Any]:
     """The notebook the book renders for ``chapter``: the executed one plus its provenance box.
 
+    The notebook's own ``parameters`` cell is hidden, so the page shows one
+    parameters block: the values the run used (the cell papermill injected).
     A chapter never run at ``profile`` gets a short page that says so.
     """
     src = executed_notebook(chapter.id, profile)
@@ -181,9 +176,26 @@ def chapter_page(chapter: Chapter, profile: str, root: Path) -> dict[str, Any]:
                 f"run `repro run {chapter.id} --profile {profile}` (or `make book`).\n```\n")
         return {"cells": [title, _md_cell(note, "not-run")], "metadata": nb["metadata"], "nbformat": 4, "nbformat_minor": 5}
     nb = json.loads(src.read_text())
+    for cell in nb["cells"]:
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if "parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
     first_md = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown")
-    nb["cells"].insert(first_md + 1, _md_cell(provenance_markdown(record), "provenance"))
+    box = profile_banner(profile) + provenance_markdown(record) + papermill_markdown(chapter)
+    nb["cells"].insert(first_md + 1, _md_cell(box, "provenance"))
     return nb
+
+
+def papermill_markdown(chapter: Chapter) -> str:
+    """How to rerun the chapter with papermill directly (the notebook checks what it is given)."""
+    lists = [k for k, v in chapter.parameters.items() if v["type"].startswith("list[")]
+    example = f' -p {lists[0]} "[...]"' if lists else ""
+    return (
+        "```{admonition} Rerun with papermill directly\n:class: tip\n\n"
+        f"`papermill {chapter.notebook} out.ipynb -y \"$(repro params {chapter.id} --profile smoke)\"`"
+        f" or `papermill {chapter.notebook} out.ipynb{example}`: the notebook checks every value against the "
+        "chapter's schema before any work.\n```\n"
+    )
 
 
 def toc(registry: Registry) -> dict[str, Any]:
@@ -192,7 +204,7 @@ def toc(registry: Registry) -> dict[str, Any]:
         {"caption": registry.families[fam], "chapters": [{"file": f"chapters/{fam}/{ch.id}"} for ch in chs]}
         for fam, chs in registry.by_family().items()
     ]
-    parts.append({"caption": "Results", "chapters": [{"file": "scoreboard"}, {"file": "references"}]})
+    parts.append({"caption": "Results", "chapters": [{"file": "scoreboard"}, {"file": "status"}, {"file": "references"}]})
     return {"format": "jb-book", "root": "intro", "parts": parts}
 
 
@@ -249,7 +261,100 @@ def scoreboard_markdown(registry: Registry, profile: str) -> str:
     )
 
 
-def assemble(profile: str = DEFAULT_PROFILE, root: Path | None = None, book_dir: Path | None = None) -> list[str]:
+def status_markdown(registry: Registry) -> str:
+    """The status page: per chapter and profile, the last run's wall time, date, hardware, freshness and verdicts."""
+    rows = []
+    for ch in registry.chapters:
+        st = status(ch)
+        for prof, state in st.items():
+            rec = results.load_result(ch.id, prof)
+            run = (rec or {}).get("run", {})
+            counts = verdict_counts(rec)
+            rows.append("| " + " | ".join([
+                f"{{doc}}`{ch.id} <chapters/{ch.family}/{ch.id}>`", f"`{prof}`", state["state"],
+                "" if state["wall_time_s"] is None else f"{state['wall_time_s']:.1f} s",
+                run.get("finished_at", ""), (rec or {}).get("provenance", {}).get("hardware", ""),
+                ", ".join(f"{k}: {n}" for k, n in counts.items()),
+            ]) + " |")
+    return (
+        "# Execution status\n\n"
+        "Every chapter at every profile: whether its last run is *fresh* (its notebook, the library modules it "
+        "imports, its parameters, its data and the environment lock are unchanged since) or *stale*, how long "
+        "it took, when, on what hardware, and its verdicts. `repro run <id> --dry-run` estimates a run's time "
+        "from the same records. Generated from the results ledger.\n\n"
+        "| chapter | profile | state | wall time | finished | hardware | verdicts |\n|---|---|---|---|---|---|---|\n"
+        + "\n".join(rows) + "\n"
+    )
+
+
+@dataclass(frozen=True)
+class Course:
+    """A book of chosen chapters, from ``book/courses/<name>.yaml``."""
+
+    name: str
+    title: str
+    chapters: tuple[str, ...]
+    intro: str = ""
+    exercises: str = ""
+
+
+def load_course(name: str, root: Path | None = None) -> Course:
+    """Read and check ``book/courses/<name>.yaml`` (title, chapters in order, optional intro and exercises).
+
+    Raises
+    ------
+    ValueError
+        If the file is missing, names no chapters, or names a chapter the registry does not know.
+    """
+    path = (root or repo_root()) / "book" / "courses" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ValueError(f"course {name!r}: no file {path}; known courses: {', '.join(known) or 'none'}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    chapters = tuple(raw.get("chapters") or ())
+    if not chapters:
+        raise ValueError(f"course {name!r}: {path} lists no chapters")
+    known_ids = {c.id for c in load_registry().chapters}
+    unknown = [c for c in chapters if c not in known_ids]
+    if unknown:
+        raise ValueError(f"course {name!r}: unknown chapter(s) {unknown} in {path}")
+    return Course(name=name, title=raw.get("title", name), chapters=chapters, intro=raw.get("intro", ""),
+                  exercises=raw.get("exercises", ""))
+
+
+def course_registry(course: Course) -> Registry:
+    """The registry restricted to a course's chapters, in the course's order."""
+    reg = load_registry()
+    chapters = tuple(reg.get(c) for c in course.chapters)
+    order = list(dict.fromkeys(c.family for c in chapters))  # families in the order the course meets them
+    fams = {f: reg.families[f] for f in order}
+    return Registry(families=fams, chapters=chapters)
+
+
+def book_dir_for(course: str | None, root: Path | None = None) -> Path:
+    """Where the book's sources are assembled: ``book/``, or ``build/courses/<name>/`` for a course."""
+    root = root or repo_root()
+    return root / "book" if course is None else root / "build" / "courses" / course
+
+
+def _course_sources(course: Course, root: Path, book: Path) -> None:
+    """Copy the book's static sources into a course's folder, with the course's title, intro and exercises."""
+    if book.exists():
+        shutil.rmtree(book)
+    shutil.copytree(root / "book", book, ignore=shutil.ignore_patterns("_build", "chapters", "_toc.yml", "scoreboard.md",
+                                                                        "status.md", "courses"))
+    config = yaml.safe_load((book / "_config.yml").read_text())
+    config["title"] = course.title
+    atomic.write_text(book / "_config.yml", yaml.safe_dump(config, sort_keys=False))
+    if course.intro:
+        atomic.write_text(book / "intro.md", f"# {course.title}\n\n{course.intro}\n\n"
+                          + (book / "intro.md").read_text().split("\n", 1)[1])
+    if course.exercises:
+        atomic.write_text(book / "exercises.md", f"# Exercises\n\n{course.exercises}\n")
+
+
+def assemble(profile: str = DEFAULT_PROFILE, root: Path | None = None, book_dir: Path | None = None,
+             course: str | None = None) -> list[str]:
     """Write the generated book sources; return a line per file written.
 
     Parameters
@@ -259,11 +364,19 @@ def assemble(profile: str = DEFAULT_PROFILE, root: Path | None = None, book_dir:
     root
         The repository root (notebooks, registry).
     book_dir
-        The book folder to write into (default ``<root>/book``).
+        The book folder to write into (default :func:`book_dir_for`).
+    course
+        A course name (``book/courses/<name>.yaml``): only its chapters, in its order.
     """
     root = root or repo_root()
-    registry = load_registry()
-    book = Path(book_dir) if book_dir else root / "book"
+    if course is None:
+        registry = load_registry()
+        book = Path(book_dir) if book_dir else book_dir_for(None, root)
+    else:
+        spec = load_course(course, root)
+        registry = course_registry(spec)
+        book = Path(book_dir) if book_dir else book_dir_for(course, root)
+        _course_sources(spec, root, book)
     out = []
     chapters_dir = book / "chapters"
     if chapters_dir.exists():
@@ -273,7 +386,11 @@ def assemble(profile: str = DEFAULT_PROFILE, root: Path | None = None, book_dir:
         path = chapters_dir / ch.family / f"{ch.id}.ipynb"
         atomic.write_text(path, json.dumps(page, indent=1, ensure_ascii=False) + "\n")
         out.append(f"chapter {path}")
-    atomic.write_text(book / "_toc.yml", "# Generated by `repro book`.\n" + yaml.safe_dump(toc(registry), sort_keys=False))
+    contents = toc(registry)
+    if course is not None and (book / "exercises.md").is_file():
+        contents["parts"][-1]["chapters"].insert(0, {"file": "exercises"})
+    atomic.write_text(book / "_toc.yml", "# Generated by `repro book`.\n" + yaml.safe_dump(contents, sort_keys=False))
     atomic.write_text(book / "scoreboard.md", scoreboard_markdown(registry, profile))
-    out += ["toc book/_toc.yml", "scoreboard book/scoreboard.md"]
+    atomic.write_text(book / "status.md", status_markdown(registry))
+    out += [f"toc {book / '_toc.yml'}", f"scoreboard {book / 'scoreboard.md'}", f"status {book / 'status.md'}"]
     return out

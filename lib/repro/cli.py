@@ -5,7 +5,10 @@
 ``repro run ID [--profile P] [-p k=v ...] [--dry-run]``
                                    execute a chapter with papermill
 ``repro dvc``                      regenerate ``dvc.yaml`` from the registry
-``repro book``                     assemble the book's sources (toc, scoreboard, chapters)
+``repro book [--profile P] [--course C] [--run]``
+                                   assemble the book's sources (toc, chapters, scoreboard, status page),
+                                   first running every chapter that is not fresh with ``--run``
+``repro params ID [--profile P]``  a profile's values as YAML (``papermill ... -y "$(repro params ID)"``)
 ``repro data``                     build the datasets under ``data/`` and check them against ``data.dvc``
 """
 
@@ -14,12 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+import yaml
+
 from repro import params
-from repro.book import assemble
+from repro.book import assemble, book_dir_for, course_registry, load_course
 from repro.datasets import DataIntegrityError, build_all, verify
 from repro.dvcgen import write_dvc_yaml
 from repro.registry import load_registry
-from repro.runner import RunError, execute, plan, status
+from repro.runner import RunError, execute, plan, run_stale, status
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -75,8 +80,31 @@ def _cmd_dvc(args: argparse.Namespace) -> int:
 
 
 def _cmd_book(args: argparse.Namespace) -> int:
-    for line in assemble(profile=args.profile):
-        print(line)
+    try:
+        chapters = list(load_registry().chapters if args.course is None else course_registry(load_course(args.course)).chapters)
+    except ValueError as exc:
+        print(f"repro book: {exc}", file=sys.stderr)
+        return 2
+    failed = []
+    if args.run:
+        failed = [o.chapter for o in run_stale(chapters, args.profile) if o.action == "failed"]
+    lines = assemble(profile=args.profile, course=args.course)
+    if args.verbose:
+        print("\n".join(lines))
+    print(f"book sources: {book_dir_for(args.course)}")
+    if failed:
+        print(f"repro book: chapters failed at {args.profile}: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_params(args: argparse.Namespace) -> int:
+    try:
+        values = params.resolve(load_registry().get(args.chapter), args.profile)
+    except (KeyError, params.ParameterError) as exc:
+        print(f"repro params: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 2
+    print(yaml.safe_dump(values, sort_keys=False, default_flow_style=None).rstrip())
     return 0
 
 
@@ -108,7 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("dvc", help="regenerate dvc.yaml from the registry").set_defaults(fn=_cmd_dvc)
     b = sub.add_parser("book", help="assemble the book sources from executed chapters")
     b.add_argument("--profile", default=params.DEFAULT_PROFILE, choices=params.PROFILES)
+    b.add_argument("--course", default=None, help="a course in book/courses/<name>.yaml: only its chapters")
+    b.add_argument("--run", action="store_true", help="first run every chapter in the book that is not fresh")
+    b.add_argument("-v", "--verbose", action="store_true", help="list every file written")
     b.set_defaults(fn=_cmd_book)
+    pa = sub.add_parser("params", help="print a chapter's profile as YAML (for papermill -y)")
+    pa.add_argument("chapter")
+    pa.add_argument("--profile", default=params.DEFAULT_PROFILE, choices=params.PROFILES)
+    pa.set_defaults(fn=_cmd_params)
     sub.add_parser("data", help="build the datasets under data/").set_defaults(fn=_cmd_data)
     return ap
 

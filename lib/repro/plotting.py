@@ -17,5 +17,6 @@ def save(fig: plt.Figure, output_dir: str | Path, name: str) -> Path:
 
 def style() -> None:
     """The book's common Matplotlib style (readable in print and on screen)."""
-    plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
-                         "axes.spines.right": False, "font.size": 10})
+    plt.rcParams.update({"figure.dpi": 100, "figure.figsize": (7.0, 4.0), "axes.grid": True, "grid.alpha": 0.3,
+                         "axes.spines.top": False, "axes.spines.right": False, "font.size": 11,
+                         "axes.titlesize": 11, "legend.fontsize": 9})

@@ -34,6 +34,32 @@ STRUCTURAL_VERDICTS = ("structural check", "structural check failed")
 MODELLED_VERDICTS = ("modelled", "modelled, does not hold")
 PRECONDITION_NOT_MET = "precondition not met"
 VERDICTS = (*MEASURED_VERDICTS, PRECONDITION_NOT_MET, *STRUCTURAL_VERDICTS, *MODELLED_VERDICTS)
+#: Scoreboard classes, in display order, and the verdicts each holds (structural and modelled apart).
+VERDICT_CLASSES: dict[str, tuple[str, ...]] = {
+    "reproduced": (MEASURED_VERDICTS[0],),
+    "exceeds the paper": (MEASURED_VERDICTS[1],),
+    "direction only": (MEASURED_VERDICTS[2],),
+    "not reproduced at this scale": (MEASURED_VERDICTS[3],),
+    "precondition not met": (PRECONDITION_NOT_MET,),
+    "structural": STRUCTURAL_VERDICTS,
+    "modelled": MODELLED_VERDICTS,
+}
+
+
+def verdict_class(verdict: str) -> str:
+    """The scoreboard class of a verdict.
+
+    Raises
+    ------
+    ValueError
+        For a string that is no verdict.
+    """
+    for name, members in VERDICT_CLASSES.items():
+        if verdict in members:
+            return name
+    raise ValueError(f"unknown verdict {verdict!r}")
+
+
 #: The reproduction band (``verdict_band`` in registry.yaml): our effect over the paper's must lie in it.
 BAND: tuple[float, float] = tuple(yaml.safe_load(_REGISTRY_FILE.read_text())["verdict_band"])  # type: ignore[assignment]
 KINDS = ("measured", "structural", "modelled")

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
+from tqdm import tqdm
 
 from repro import atomic, datasets, deps, params, results
 from repro.paths import failed_notebook, output_root, published_dir, repo_root, results_dir
-from repro.registry import Chapter, load_registry
+from repro.registry import Chapter, load_registry, verdict_class
 
 RUNTIME_PARAMS = ("profile", "output_dir")
 _VOLATILE = ("start_time", "end_time", "duration")
@@ -320,4 +321,55 @@ def status(chapter: Chapter) -> dict[str, dict[str, Any]]:
             now, default = None, None
         state = "fresh" if now == rec["run"].get("inputs_hash") and values == default else "stale"
         out[prof] = {"state": state, "wall_time_s": rec["run"]["wall_time_s"]}
+    return out
+
+
+def verdict_counts(record: dict[str, Any] | None) -> dict[str, int]:
+    """How many of a published record's claims fall in each scoreboard class."""
+    counts: dict[str, int] = {}
+    for c in (record or {}).get("claims", {}).values():
+        name = verdict_class(c["verdict"])
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+@dataclass(frozen=True)
+class ChapterOutcome:
+    """What :func:`run_stale` did with one chapter."""
+
+    chapter: str
+    profile: str
+    action: str  # "ran", "fresh" (left alone) or "failed"
+    wall_time_s: float | None
+    verdicts: dict[str, int]
+
+    def line(self) -> str:
+        """One line for the log of a book build."""
+        wall = "" if self.wall_time_s is None else f"{self.wall_time_s:6.1f} s"
+        counts = ", ".join(f"{k}: {n}" for k, n in self.verdicts.items())
+        return f"{self.chapter:<24} {self.profile:<6} {self.action:<6} {wall:>9}  {counts}"
+
+
+def run_stale(chapters: list[Chapter], profile: str) -> list[ChapterOutcome]:
+    """Run every chapter whose result at ``profile`` is not fresh; one log line per chapter.
+
+    A progress bar runs across the chapters; a failing chapter is reported and
+    the others still run (the caller decides whether a failure stops the build).
+    """
+    out = []
+    bar = tqdm(chapters, desc=f"chapters at {profile}", unit="chapter")
+    for ch in bar:
+        bar.set_postfix_str(ch.id)
+        if status(ch)[profile]["state"] == "fresh":
+            rec = results.load_result(ch.id, profile)
+            outcome = ChapterOutcome(ch.id, profile, "fresh", rec["run"]["wall_time_s"], verdict_counts(rec))
+        else:
+            try:
+                rec = execute(plan(ch.id, profile))
+                outcome = ChapterOutcome(ch.id, profile, "ran", rec["run"]["wall_time_s"], verdict_counts(rec))
+            except RunError as exc:
+                outcome = ChapterOutcome(ch.id, profile, "failed", None, {"error": 1})
+                bar.write(f"{ch.id}: {str(exc).splitlines()[0]}")
+        bar.write(outcome.line())
+        out.append(outcome)
     return out
