@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.datasets import load_diabetes
 
+from repro.offopt.functions import levy, rff_gp_sample
 from repro.offopt.tasks import (
     ZScore,
     bottom_q_indices,
@@ -15,6 +17,7 @@ from repro.offopt.tasks import (
     mean_rank,
     normalised_score,
     score_percentiles,
+    synthetic_task,
 )
 
 
@@ -105,8 +108,6 @@ def test_synthetic_task_follows_the_protocol(name: str) -> None:
 
 
 def test_evaluating_the_optimum_scores_one() -> None:
-    from repro.offopt.functions import levy
-
     task = make_task("levy", 3, n=300, n_ref=500)
     res = task.evaluate(np.tile(levy(3).optimum_x, (5, 1)))
     assert res["p100"] == pytest.approx(1.0, abs=1e-12) and res["p50"] == pytest.approx(1.0, abs=1e-12)
@@ -125,8 +126,6 @@ def test_make_task_validates_its_name() -> None:
 
 
 def test_real_data_task_uses_the_dataset_range_and_a_seeded_oracle() -> None:
-    from sklearn.datasets import load_diabetes
-
     y_all = load_diabetes().target
     task = diabetes_task(q=50, seed=0)
     assert task.dim == 10 and len(task.y) == 221
@@ -142,9 +141,6 @@ def test_real_data_task_uses_the_dataset_range_and_a_seeded_oracle() -> None:
 
 
 def test_an_estimated_optimum_beaten_by_the_pool_widens_the_range() -> None:
-    from repro.offopt.functions import rff_gp_sample
-    from repro.offopt.tasks import synthetic_task
-
     f = rff_gp_sample(4, seed=1, n_ref=5, n_polish=0)  # a deliberately poor estimate
     task = synthetic_task(f, n=500, n_ref=5)
     assert task.y_max == max(f.optimum_value, task.y_hidden.max())
