@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
+from jupyter_client.manager import AsyncKernelManager
 from tqdm import tqdm
 
 from repro import atomic, datasets, deps, params, results
@@ -37,6 +38,18 @@ from repro.registry import Chapter, load_registry, verdict_class
 
 RUNTIME_PARAMS = ("profile", "output_dir")
 _VOLATILE = ("start_time", "end_time", "duration")
+
+
+class LocalKernelManager(AsyncKernelManager):
+    """A kernel that talks to its client over local IPC sockets, not TCP ports.
+
+    The kernel is always on this machine, so TCP (and the kernel's warning
+    that it runs over TCP without encryption) buys nothing; the sockets sit
+    beside the connection file in the run's private temporary folder.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(transport="ipc", **kwargs)
 
 
 class RunError(RuntimeError):
@@ -200,6 +213,7 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
                 pm.execute_notebook(
                     str(root / ch.notebook), str(staged_nb), parameters=values, kernel_name="python3",
                     cwd=str(root), progress_bar=False, log_output=log_output,
+                    kernel_manager_class=LocalKernelManager,
                 )
         except Exception as exc:  # papermill raises PapermillExecutionError and others
             if interrupted.is_set():  # Ctrl-C reached the kernel too, which then "died"
