@@ -111,6 +111,7 @@ PUBLISHER = textwrap.dedent('''
     from pathlib import Path
     from repro import atomic, runner
     base = Path(sys.argv[1])
+    (base / "ready").touch()
     n = 0
     while True:
         n += 1
@@ -139,8 +140,12 @@ def test_publishing_is_atomic_as_a_set_under_sigkill(tmp_path):
     script.write_text(PUBLISHER)
     last = 0
     for _ in range(12):
+        (tmp_path / "ready").unlink(missing_ok=True)
         proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
-        time.sleep(0.3 + rng.random() * 0.7)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.05 + rng.random() * 0.5)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         if (tmp_path / "published").exists():
