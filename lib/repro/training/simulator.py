@@ -150,6 +150,37 @@ class ReplicaBank(nn.Module):
                 p.copy_(p.mean(dim=0, keepdim=True).expand_as(p))
 
 
+def warmup_schedule(base_lr: float, scale: float, steps_per_epoch: int, epochs: int, warmup_epochs: float = 0.0,
+                    decay_epochs: tuple[float, ...] = (), decay: float = 0.1) -> np.ndarray:
+    """Per-step learning rates: linear warm-up from ``base_lr`` to ``base_lr * scale``, then step decays.
+
+    Parameters
+    ----------
+    base_lr
+        Learning rate of one worker's batch.
+    scale
+        Linear-scaling factor (the number of batches averaged per step).
+    steps_per_epoch, epochs
+        Length of the run.
+    warmup_epochs
+        Epochs of the linear ramp (Goyal et al.'s gradual warm-up); 0 starts at the scaled rate.
+    decay_epochs, decay
+        The rate is multiplied by ``decay`` from each of these epochs on.
+
+    Returns
+    -------
+    np.ndarray
+        Learning rate of every step, shape ``(steps_per_epoch * epochs,)``.
+    """
+    t = np.arange(steps_per_epoch * epochs) / steps_per_epoch  # epoch position of each step
+    peak = base_lr * scale
+    ramp = np.minimum(t / warmup_epochs, 1.0) if warmup_epochs > 0 else np.ones_like(t)
+    lrs = base_lr + (peak - base_lr) * ramp
+    for e in decay_epochs:
+        lrs = np.where(t >= e, lrs * decay, lrs)
+    return lrs
+
+
 def make_optimizer(bank: ReplicaBank, cfg: SGDConfig) -> torch.optim.SGD:
     """One ``torch.optim.SGD`` over the stacked replicas (equivalent to one optimiser per replica)."""
     return torch.optim.SGD(bank.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
