@@ -1,0 +1,9 @@
+"""Other papers: one module per method, until a second chapter needs a shared core.
+
+* :mod:`repro.misc.kmeans` -- Lloyd K-means with numba kernels in AoS, SoA and
+  blocked (AoSoA) layouts, zero padding, privatised serial/parallel centroid
+  reductions, a scikit-learn reference step and an mpi4py Allreduce step
+  (chapter ``kmeans-phi``).
+
+Chapter drivers live in :mod:`repro.misc.chapters`.
+"""

@@ -1,0 +1,1 @@
+"""Chapter drivers of the misc family (one module per chapter)."""
