@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from repro.book import assemble
 from repro.registry import VERDICTS, load_registry
 
@@ -142,7 +141,7 @@ def test_book_builds_without_warnings(built_book):
 def test_scoreboard_lists_every_claim(built_book):
     book, _ = built_book
     md = (book / "scoreboard.md").read_text()
-    rows = [l for l in md.splitlines() if l.startswith("| {doc}")]
+    rows = [line for line in md.splitlines() if line.startswith("| {doc}")]
     assert len(rows) == sum(len(c.claims) for c in REG.chapters)
     assert all(any(v in r for v in VERDICTS) for r in rows)
 

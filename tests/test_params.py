@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from repro import params
 from repro.registry import load_registry
 

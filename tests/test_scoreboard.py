@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from repro.atomic import write_json
-from repro.book import class_counts, ours_vs_paper_svg, scored_claims, scoreboard_markdown, verdict_class
+from repro.book import class_counts, ours_vs_paper_svg, scoreboard_markdown, scored_claims, verdict_class
 from repro.registry import VERDICTS, Claim, Registry, parse_registry
 
 

@@ -179,7 +179,7 @@ def hardware() -> str:
     """A one-line description of the machine (CPU cores, memory, GPU if any)."""
     cores = os.cpu_count() or 0
     try:
-        mem_kb = int(next(l for l in open("/proc/meminfo") if l.startswith("MemTotal")).split()[1])
+        mem_kb = int(next(line for line in open("/proc/meminfo") if line.startswith("MemTotal")).split()[1])
         mem = f"{mem_kb / 2**20:.0f} GiB"
     except (OSError, StopIteration, ValueError):
         mem = "? GiB"

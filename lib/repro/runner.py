@@ -18,9 +18,9 @@ import os
 import shutil
 import signal
 import statistics
-import threading
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass
