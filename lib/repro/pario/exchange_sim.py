@@ -45,11 +45,14 @@ class Pattern:
         Rank of each aggregator.
     counts:
         ``p x A`` bytes from each sender to each aggregator.
+    pieces:
+        Noncontiguous runs each rank writes.
     """
 
     p: int
     aggregators: tuple[int, ...]
     counts: np.ndarray
+    pieces: np.ndarray
 
     @property
     def messages(self) -> int:
@@ -84,7 +87,7 @@ def irregular_pattern(p: int, ranks_per_aggregator: int, bytes_per_rank: int, me
     size = p * bytes_per_rank
     runs = irregular_run_table(size, p, mean_run, seed, skew=skew)
     counts = pair_counts(runs, file_domains(0, size, A))
-    return Pattern(p, tuple(aggregator_ranks(p, A)), counts)
+    return Pattern(p, tuple(aggregator_ranks(p, A)), counts, np.bincount(runs.owner, minlength=p))
 
 
 @dataclass(frozen=True)
@@ -156,11 +159,14 @@ class SimPoint:
 
 
 def simulate_kernel(pattern: Pattern, kernel: KernelSpec | str, platform: Platform,
-                    timeout: float = 600.0) -> SimPoint:
-    """Run one kernel's exchange schedule for ``pattern`` on ``platform`` with SimGrid."""
+                    timeout: float = 600.0, placement: list[int] | None = None) -> SimPoint:
+    """Run one kernel's exchange schedule for ``pattern`` on ``platform`` with SimGrid.
+
+    ``placement[r]`` is the host of rank ``r`` (default: host ``r``).
+    """
     table = round_table(kernel, pattern.counts, pattern.aggregators)
     schedule = to_schedule(table, pattern.counts)
-    res = simulate(schedule, platform, itemsize=1, timeout=timeout)
+    res = simulate(schedule, platform, itemsize=1, timeout=timeout, placement=placement)
     return SimPoint(table.kernel.label, pattern.p, res.time, table.num_rounds,
                     int((table.rounds >= 0).sum()), res.wall_s)
 

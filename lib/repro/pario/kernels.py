@@ -38,6 +38,8 @@ import numpy as np
 from repro.collectives.ir import Recv, Schedule, Send, Step
 
 KERNELS = ("unordered", "pairwise", "scattered", "balanced")
+#: ROMIO's default kernel, in text form.
+UNORDERED_TEXT = "unordered"
 WINDOWED = ("scattered", "balanced")
 
 
