@@ -25,12 +25,11 @@ from timing import timed  # noqa: E402
 
 def bench_engines() -> list[tuple[str, float, str]]:
     """FedAvg: hand-written loop vs Flower on the in-process grid vs Flower on Ray, same clients and seeds."""
-    from repro.fl.client import make_client_app
-    from repro.fl.engine import run_federated
-    from repro.fl.experiments import LocalSGD, central_evaluator, initial_arrays
-    from repro.fl.reference import fedavg_loop
-    from repro.fl.strategies import SeededFedAvg
-    from repro.fl.task import TaskSpec, load_task_data
+    from repro.federated.client import LocalSGD, make_client_app
+    from repro.federated.engine import central_evaluator, initial_arrays, run_federated
+    from repro.federated.reference import fedavg_loop
+    from repro.federated.strategies import SeededFedAvg
+    from repro.federated.task import TaskSpec, load_task_data
 
     spec = TaskSpec(dataset="digits", num_clients=10, alpha=0.5, hidden=(64,))
     local = LocalSGD(16, 0.05, 0.0).config(10)

@@ -1,0 +1,34 @@
+"""Federated learning: the family's core, its algorithms and its chapters (a map; nothing is re-exported).
+
+Core, used by every chapter:
+
+- :mod:`repro.federated.task`: a federated task (data, partition, model) built from a frozen spec;
+  the planted clusters of a cluster-skewed split.
+- :mod:`repro.federated.client`: local training (:class:`~repro.federated.client.LocalSGD`,
+  ``local_sgd``, ``penalised_sgd``), the client-round prologue and epilogue every train handler
+  shares, and the shared Flower ``ClientApp``.
+- :mod:`repro.federated.strategies`: seeded FedAvg and FedProx, the base of the book's Flower strategies.
+- :mod:`repro.federated.engine`: the in-process engine and Flower's Ray simulation (any Flower
+  strategy runs on both), the initial model, central evaluation and the run summary.
+- :mod:`repro.federated.comm`: per-layer communication accounting.
+- :mod:`repro.federated.reference`: a hand-written FedAvg loop, the yardstick of the Flower path.
+- :mod:`repro.federated.features`, :mod:`repro.federated.kd`, :mod:`repro.federated.weighting`:
+  last-layer client features; the distillation loss; aggregation-weight policies.
+- :mod:`repro.federated.textdata`: the offline text task standing in for AG News.
+- :mod:`repro.federated.figures`: figure and table helpers shared by two or more chapters.
+
+Algorithms, one module each:
+
+- :mod:`repro.federated.fedlama`: FedLAMA, layer-wise adaptive aggregation intervals.
+- :mod:`repro.federated.fedluar`: FedLUAR (layer-wise update recycling), its ablations and top-k sparsification.
+- :mod:`repro.federated.activation`: client-activation policies (uniform, Power-of-Choice, multi-metric).
+- :mod:`repro.federated.safa`: SAFA and FedDC-style daisy chaining, with the regularised client.
+- :mod:`repro.federated.baselines`: FedDyn and SCAFFOLD.
+- :mod:`repro.federated.robust`: the edge-case backdoor and the defences (Multi-Krum, RFA, FLAME-lite, FedGrad).
+- :mod:`repro.federated.feddrl`: FedDRL's DDPG agent as an aggregation-weight policy.
+- :mod:`repro.federated.cadis`: CADIS's last-layer clustering, cluster-equal aggregation and KD client.
+
+Chapters (:mod:`repro.federated.chapters`), each a driver ``<module>.py`` beside its registry
+file ``<id>.yaml``: ``fedlama``, ``fedluar``, ``biased_activation``, ``safa``, ``fedgrad``,
+``feddrl``, ``cluster_skew_kd``.
+"""

@@ -1,0 +1,181 @@
+"""The SAFA chapter: FedAvg, FedProx, FedDyn, FedDC and SAFA on a sparse-and-scarce split (and a denser one).
+
+:class:`SafaRun` is one seeded run, :func:`run` executes it, :func:`sweep`
+runs every method and seed, :func:`claims` gives the ledger's per-seed
+values; the figures and the table are the chapter's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from repro.federated.baselines import FedDyn, make_feddyn_client_app
+from repro.federated.client import LocalSGD
+from repro.federated.engine import RunSummary, central_evaluator, eval_schedule, initial_arrays, run_federated
+from repro.federated.figures import accuracy_band
+from repro.federated.safa import SAFA, feddc, make_regularised_client_app
+from repro.federated.strategies import SeededFedAvg, SeededFedProx
+from repro.federated.task import TaskSpec
+from repro.parallel import parallel_map
+
+METHODS = ("fedavg", "fedprox", "feddyn", "feddc", "safa")
+FEDDYN_ALPHA = 0.01
+"""FedDyn's regulariser weight in the comparison (the spec's CPU plan)."""
+
+
+@dataclass(frozen=True)
+class SafaRun:
+    """One run of the comparison; field names are the chapter's parameters.
+
+    Attributes
+    ----------
+    method
+        ``fedavg``, ``fedprox`` (``mu``), ``feddyn`` (``feddyn_alpha``), ``feddc`` (``period``) or ``safa``.
+    spec, sgd, tau, rounds, active_clients, seed
+        Task (its ``alpha`` is the split's label concentration), local training, local steps, rounds,
+        clients per round (also SAFA's number of models), run seed.
+    lam, mix, period
+        SAFA's importance penalty, the share of its own state a model keeps at a period's end, and the
+        period ``u`` (also FedDC's).
+    mu
+        FedProx's proximal weight.
+    eval_every, engine
+        Evaluation period (rounds) and engine.
+    feddyn_alpha
+        FedDyn's regulariser weight.
+    """
+
+    method: str
+    spec: TaskSpec
+    sgd: LocalSGD
+    tau: int
+    rounds: int
+    active_clients: int
+    seed: int
+    lam: float = 0.1
+    mix: float = 0.95
+    period: int = 15
+    mu: float = 0.01
+    eval_every: int = 10
+    engine: str = "inprocess"
+    feddyn_alpha: float = FEDDYN_ALPHA
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"parameter 'method': must be one of {METHODS}, got {self.method!r}")
+
+
+def strategy(job: SafaRun) -> SeededFedAvg:
+    """The server strategy of ``job``'s method."""
+    local = job.sgd.config(job.tau)
+    if job.method == "fedavg":
+        return SeededFedAvg(job.active_clients, local, seed=job.seed)
+    if job.method == "fedprox":
+        return SeededFedProx(job.active_clients, local, seed=job.seed, mu=job.mu)
+    if job.method == "feddyn":
+        return FedDyn(job.active_clients, local, num_clients=job.spec.num_clients, alpha=job.feddyn_alpha,
+                      seed=job.seed)
+    if job.method == "feddc":
+        return feddc(job.active_clients, local, seed=job.seed, period=job.period)
+    return SAFA(job.active_clients, local, seed=job.seed, lam=job.lam, mix=job.mix, period=job.period)
+
+
+def run(job: SafaRun) -> dict:
+    """One run's record: ``method, alpha, seed, accuracy`` (final), ``budget_accuracy`` and ``curve``."""
+    run_config = {"seed": job.seed}
+    app = (make_feddyn_client_app(job.spec, run_config) if job.method == "feddyn"
+           else make_regularised_client_app(job.spec, run_config))
+    hist = run_federated(strategy(job), app, job.spec.num_clients, initial_arrays(job.spec, job.seed), job.rounds,
+                         central_evaluator(job.spec), eval_schedule(job.rounds, job.eval_every), engine=job.engine)
+    summary = RunSummary.of(hist)
+    return {"method": job.method, "alpha": job.spec.alpha, "seed": job.seed, "accuracy": summary.accuracy,
+            "budget_accuracy": summary.budget_accuracy, "curve": list(summary.curve)}
+
+
+def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, seeds: list[int], lam: float,
+          mix: float, period: int, mu: float, eval_every: int, dense_alpha: float | None = None,
+          engine: str = "inprocess", workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every method on ``spec``'s split; FedAvg and SAFA again at ``dense_alpha`` (if given).
+
+    Returns
+    -------
+    final : DataFrame
+        One row per run: ``method, alpha, seed, accuracy, budget_accuracy``.
+    curves : DataFrame
+        Accuracy at each evaluated round, every run.
+    """
+    def job(method: str, task: TaskSpec, seed: int) -> SafaRun:
+        return SafaRun(method, task, sgd, tau, rounds, active_clients, seed, lam=lam, mix=mix, period=period, mu=mu,
+                       eval_every=eval_every, engine=engine)
+
+    jobs = [job(m, spec, s) for m in METHODS for s in seeds]
+    if dense_alpha is not None:
+        dense = replace(spec, alpha=dense_alpha)
+        jobs += [job(m, dense, s) for m in ("fedavg", "safa") for s in seeds]
+    done = parallel_map(run, jobs, workers if engine == "inprocess" else 1, desc="SAFA comparison")
+    final = pd.DataFrame([{k: r[k] for k in ("method", "alpha", "seed", "accuracy", "budget_accuracy")}
+                          for r in done])
+    curves = pd.DataFrame([{"method": r["method"], "alpha": r["alpha"], "seed": r["seed"], "round": rd,
+                            "accuracy": acc} for r in done for rd, acc in r["curve"]])
+    return final, curves
+
+
+def claims(final: pd.DataFrame, alpha: float) -> dict[str, list[float]]:
+    """Per-seed values of the chapter's claims on the sparse-and-scarce split (``alpha``)."""
+    sel = final[np.isclose(final.alpha, alpha)]
+
+    def acc(method: str) -> pd.Series:
+        return sel[sel.method == method].set_index("seed").budget_accuracy
+
+    safa, avg, dc, prox = acc("safa"), acc("fedavg"), acc("feddc"), acc("fedprox")
+    seeds = sorted(avg.index)
+    return {"acc_gain_vs_fedavg": [safa[s] - avg[s] for s in seeds],
+            "acc_gain_vs_feddc": [safa[s] - dc[s] for s in seeds],
+            "fedprox_gain_vs_fedavg": [prox[s] - avg[s] for s in seeds]}
+
+
+# ----- figures and table ------------------------------------------------------------------
+LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddyn": "FedDyn", "feddc": "FedDC (daisy chain)",
+               "safa": "SAFA"}
+_COLOURS = {"fedavg": "tab:gray", "fedprox": "tab:orange", "feddyn": "tab:purple", "feddc": "tab:green",
+                 "safa": "tab:blue"}
+
+
+def accuracy_curves(curves: pd.DataFrame, alphas: list[float]) -> plt.Figure:
+    """Test accuracy against rounds per method, one panel per label concentration (mean; band: min to max)."""
+    fig, axes = plt.subplots(1, len(alphas), figsize=(5.6 * len(alphas), 3.8), squeeze=False, sharey=True)
+    for ax, alpha in zip(axes[0], alphas):
+        sel_a = curves[np.isclose(curves.alpha, alpha)]
+        for m in LABELS:
+            sel = sel_a[sel_a.method == m]
+            if sel.empty:
+                continue
+            accuracy_band(ax, sel, None, _COLOURS[m], LABELS[m])
+        ax.set_title(f"label concentration α = {alpha:g}")
+        ax.set_xlabel("round")
+    axes[0][0].set_ylabel("test accuracy (%)")
+    axes[0][0].legend(loc="lower right", fontsize=8)  # the first panel shows every method
+    fig.tight_layout()
+    return fig
+
+
+def summary_table(final: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy at the budget and final accuracy per split and method, mean ± sd over seeds."""
+    order = {m: i for i, m in enumerate(LABELS)}
+    g = final.groupby(["alpha", "method"]).agg(
+        b=("budget_accuracy", "mean"), b_sd=("budget_accuracy", "std"), f=("accuracy", "mean"),
+        f_sd=("accuracy", "std"), seeds=("seed", "count")).reset_index().fillna({"b_sd": 0.0, "f_sd": 0.0})
+    g = g.sort_values(["alpha", "method"], key=lambda c: c.map(order) if c.name == "method" else c)
+    return pd.DataFrame({
+        "α": [f"{a:g}" for a in g.alpha],
+        "method": [LABELS[m] for m in g.method],
+        "accuracy at the budget (%)": [f"{m:.1f} ± {s:.1f}" for m, s in zip(g.b, g.b_sd)],
+        "final accuracy (%)": [f"{m:.1f} ± {s:.1f}" for m, s in zip(g.f, g.f_sd)],
+        "seeds": g.seeds.to_numpy(),
+    })
+
+

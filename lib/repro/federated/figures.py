@@ -1,0 +1,89 @@
+"""Figure and table helpers used by two or more federated chapters.
+
+Each chapter's own figures live in its driver (:mod:`repro.federated.chapters`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+
+def label_histogram_figure(histogram: np.ndarray, title: str, boundaries: Sequence[int] = (),
+                           height: float = 2.6) -> plt.Figure:
+    """Heat map of a clients x classes label histogram (clients along x).
+
+    Parameters
+    ----------
+    histogram
+        ``(clients, classes)`` sample counts (:func:`repro.partition.label_histogram`).
+    title
+        The axes title.
+    boundaries
+        Client indices before which a vertical line is drawn (e.g. between planted clusters).
+    height
+        Figure height in inches.
+    """
+    fig, ax = plt.subplots(figsize=(8, height))
+    ax.imshow(np.asarray(histogram).T, aspect="auto", cmap="Greens")
+    for b in boundaries:
+        ax.axvline(b - 0.5, color="k", lw=1)
+    ax.set_xlabel("client")
+    ax.set_ylabel("class")
+    ax.grid(False)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def accuracy_band(ax: plt.Axes, sel: pd.DataFrame, x: str | None, colour: str, label: str) -> None:
+    """Plot the mean accuracy of ``sel`` per round, with its min-max band.
+
+    The x axis is the mean of column ``x`` per round, or the round itself when ``x`` is ``None``.
+    """
+    agg = {"acc": ("accuracy", "mean"), "lo": ("accuracy", "min"), "hi": ("accuracy", "max")}
+    if x is not None:
+        agg["x"] = (x, "mean")
+    g = sel.groupby("round").agg(**agg)
+    xs = g.index if x is None else g.x
+    ax.plot(xs, g.acc, marker="o", ms=3, color=colour, label=label)
+    ax.fill_between(xs, g.lo, g.hi, color=colour, alpha=0.12)
+
+
+METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddrl": "FedDRL",
+                 "cluster-agg": "cluster-equal aggregation", "kd": "KD regulariser", "cadis": "CADIS",
+                 "oracle-agg": "oracle clusters"}
+"""Legend labels of the cluster-skew chapters' methods."""
+
+
+def method_curves(curves: pd.DataFrame, title: str) -> plt.Figure:
+    """Test accuracy against rounds per method: mean over seeds, min-max band."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    styles = ("-", "--", "-.", ":")
+    for i, (method, g) in enumerate(curves.groupby("method", sort=False)):
+        s = g.groupby("round").accuracy
+        ax.plot(s.mean().index, s.mean().values, ls=styles[i % len(styles)], label=METHOD_LABELS.get(method, method))
+        ax.fill_between(s.mean().index, s.min().values, s.max().values, alpha=0.15)
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def method_table(final: pd.DataFrame) -> pd.DataFrame:
+    """Per method: accuracy at the budget and final (mean ± sd), the spread of per-client accuracy, and ARI if any."""
+    rows = []
+    for method, g in final.groupby("method", sort=False):
+        row = {"method": METHOD_LABELS.get(method, method),
+               "accuracy at budget (%)": f"{g.budget_accuracy.mean():.1f} ± {g.budget_accuracy.std(ddof=0):.1f}",
+               "final accuracy (%)": f"{g.accuracy.mean():.1f} ± {g.accuracy.std(ddof=0):.1f}",
+               "per-client accuracy sd": f"{g.client_acc_std.mean():.1f}"}
+        if "ari" in final and final.ari.notna().any():
+            row["ARI vs planted"] = f"{g.ari.mean():.2f}" if g.ari.notna().any() else "–"
+        rows.append(row)
+    return pd.DataFrame(rows)

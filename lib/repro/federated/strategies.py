@@ -1,0 +1,165 @@
+"""Seeded Flower strategies.
+
+:class:`SeededFedAvg` is Flower's own ``FedAvg`` (``flwr.serverapp.strategy``)
+with two additions every chapter needs: client sampling from a seeded
+generator over *partition ids* (so every engine picks the same clients,
+whatever node ids it assigned), and per-layer communication accounting.  It
+can be dropped into a Flower deployment like any other strategy.
+:class:`SeededFedProx` is Flower's ``FedProx`` with the same sampling.
+
+The clients' mini-batches do not depend on the strategy: clients seed them
+from the run seed and the server round (:mod:`repro.federated.client`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, FedProx
+
+from repro.federated.comm import CommLedger
+
+
+class SeededFedAvg(FedAvg):
+    """FedAvg with seeded sampling of ``active_clients`` clients and communication accounting.
+
+    Parameters
+    ----------
+    active_clients
+        Clients sampled each period.
+    local
+        Local-training settings sent to clients: ``steps``, ``lr``,
+        ``momentum``, ``batch-size``.
+    seed
+        Seed of the client sampler (the clients seed their mini-batches from the run seed).
+    resample_every
+        Draw a new set of clients every this many rounds (1 = every round).
+    """
+
+    def __init__(self, active_clients: int, local: dict[str, float | int], seed: int = 0,
+                 resample_every: int = 1) -> None:
+        super().__init__(fraction_train=1.0, fraction_evaluate=0.0, min_available_nodes=1, min_train_nodes=1)
+        if active_clients < 1:
+            raise ValueError(f"active_clients must be >= 1, got {active_clients}")
+        if resample_every < 1:
+            raise ValueError(f"resample_every must be >= 1, got {resample_every}")
+        self.active_clients = active_clients
+        self.local = dict(local)
+        self.seed = seed
+        self.resample_every = resample_every
+        self._rng = np.random.default_rng(seed)
+        self._node_of: dict[int, int] = {}
+        self._active: list[int] = []
+        self.comm: CommLedger | None = None
+        self.sampled: dict[int, list[int]] = {}
+
+    # ----- setup ---------------------------------------------------------
+    def set_partition_map(self, node_of_partition: dict[int, int]) -> None:
+        """Tell the strategy which node id serves each partition id."""
+        if self.active_clients > len(node_of_partition):
+            raise ValueError(f"active_clients={self.active_clients} exceeds the {len(node_of_partition)} clients")
+        self._node_of = dict(node_of_partition)
+
+    def ensure_comm(self, arrays: ArrayRecord) -> CommLedger:
+        """The communication ledger, created on first use with the sizes of ``arrays``."""
+        if self.comm is None:
+            self.comm = CommLedger({k: int(v.numpy().size) for k, v in arrays.items()})
+        return self.comm
+
+    # ----- hooks for subclasses -------------------------------------------
+    def sample(self, server_round: int) -> list[int]:
+        """Partition ids active in ``server_round`` (redrawn every ``resample_every`` rounds)."""
+        if not self._node_of:
+            raise RuntimeError("call set_partition_map() before training")
+        if (server_round - 1) % self.resample_every == 0 or not self._active:
+            pids = sorted(self._node_of)
+            self._active = sorted(int(p) for p in self._rng.choice(pids, self.active_clients, replace=False))
+        self.sampled[server_round] = list(self._active)
+        return self._active
+
+    def payload(self, server_round: int, arrays: ArrayRecord) -> tuple[ArrayRecord, list[str]]:
+        """Arrays to send this round and the keys clients must send back (FedAvg: all, both ways)."""
+        return arrays, list(arrays.keys())
+
+    # ----- Flower API -----------------------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Sample clients and send each the round's arrays and settings."""
+        self.ensure_comm(arrays)
+        pids = self.sample(server_round)
+        send, back = self.payload(server_round, arrays)
+        cfg = ConfigRecord(dict(config))
+        cfg.update({k: v for k, v in self.local.items()})
+        cfg["server-round"] = server_round
+        cfg["send-keys"] = back
+        self._expect = (server_round, list(send.keys()), back)
+        return [
+            Message(RecordDict({"arrays": send, "config": cfg}), dst_node_id=self._node_of[p],
+                    message_type=MessageType.TRAIN)
+            for p in pids
+        ]
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Flower's FedAvg aggregation, plus the round's communication record."""
+        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
+        errors = [m for m in replies if m.has_error()]
+        if errors:
+            raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {errors[0].error.reason}")
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        rnd, down, up = self._expect
+        assert self.comm is not None
+        self.comm.record(rnd, down, up, len(replies))
+        return arrays, metrics
+
+
+class SeededFedProx(SeededFedAvg, FedProx):
+    """Flower's ``FedProx`` with :class:`SeededFedAvg`'s seeded sampling.
+
+    The server side of FedProx is FedAvg plus ``proximal-mu`` in the clients'
+    config; the regularised client (:func:`repro.federated.safa.make_regularised_client_app`)
+    adds the term ``mu/2 ||theta - theta_global||^2`` to the local loss.
+    """
+
+    def __init__(self, active_clients: int, local: dict[str, float | int], seed: int = 0, mu: float = 0.01) -> None:
+        super().__init__(active_clients, local, seed=seed)
+        if mu < 0:
+            raise ValueError(f"mu must be >= 0, got {mu}")
+        self.proximal_mu = float(mu)
+        self.local["proximal-mu"] = float(mu)
+
+
+def discover_partitions(grid: Grid, expected: int | None = None, timeout: float = 600.0) -> dict[int, int]:
+    """Ask every node for its partition id; return ``{partition_id: node_id}``.
+
+    Parameters
+    ----------
+    grid
+        The grid the nodes are connected to.
+    expected
+        Wait (up to ``timeout`` seconds) until this many nodes have connected.
+    timeout
+        Seconds to wait for nodes and for their answers.
+    """
+    deadline = time.monotonic() + timeout
+    nodes = sorted(grid.get_node_ids())
+    while expected is not None and len(nodes) < expected:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(nodes)} of {expected} nodes connected within {timeout} s")
+        time.sleep(0.05)
+        nodes = sorted(grid.get_node_ids())
+    msgs = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
+    out: dict[int, int] = {}
+    for reply in grid.send_and_receive(msgs, timeout=timeout):
+        if reply.has_error():
+            raise RuntimeError(f"node {reply.metadata.src_node_id} failed the query: {reply.error.reason}")
+        out[int(reply.content["info"]["partition-id"])] = int(reply.metadata.src_node_id)
+    if len(out) != len(nodes):
+        raise RuntimeError(f"only {len(out)} of {len(nodes)} nodes answered the partition query")
+    return out
+

@@ -1,0 +1,119 @@
+"""Client activation policies: the spec's invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from repro.federated.activation import (
+    ActivatedFedAvg,
+    GradNormActivation,
+    MultiMetricActivation,
+    PowerOfChoice,
+    UniformActivation,
+    make_policy,
+    make_probing_client_app,
+    probe_metrics,
+    scaled_ranks,
+)
+from repro.federated.chapters.biased_activation import claims as activation_claims
+from repro.federated.client import LocalSGD
+from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
+from repro.federated.strategies import SeededFedAvg
+from repro.federated.task import TaskSpec, client_data
+
+SPEC = TaskSpec(dataset="digits", num_clients=12, alpha=0.2, hidden=(16,))
+LOCAL = LocalSGD(batch_size=16, lr=0.05, momentum=0.5).config(3)
+METRICS = {3: {"loss": 2.0, "grad-norm": 0.1}, 5: {"loss": 1.0, "grad-norm": 0.9},
+           7: {"loss": 3.0, "grad-norm": 0.2}, 9: {"loss": 0.5, "grad-norm": 0.8}}
+
+
+def _run(strategy, rounds=4, spec=SPEC, engine="inprocess"):
+    return run_federated(strategy, make_probing_client_app(spec), spec.num_clients, initial_arrays(spec, 0), rounds,
+                         central_evaluator(spec), range(rounds + 1), engine=engine)
+
+
+def _equal(a, b):
+    return set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_policies_pick_by_their_metric():
+    cands = [9, 3, 7, 5]
+    assert PowerOfChoice().select(cands, METRICS, 2) == [3, 7]
+    assert GradNormActivation().select(cands, METRICS, 2) == [5, 9]
+    assert UniformActivation().select(cands, METRICS, 2) == [3, 9]  # the first two drawn
+    # loss ranks: 9:0, 5:1/3, 3:2/3, 7:1; grad ranks: 3:0, 7:1/3, 9:2/3, 5:1
+    mm = MultiMetricActivation(beta=1.0)
+    assert mm.select(cands, METRICS, 2) == [5, 7]  # 5: 4/3, 7: 4/3, 3: 2/3, 9: 2/3
+
+
+def test_beta_zero_equals_power_of_choice_and_ties_break_by_id():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        cands = [int(c) for c in rng.choice(40, 10, replace=False)]
+        metrics = {c: {"loss": float(rng.integers(0, 4)), "grad-norm": float(rng.random())} for c in cands}
+        m = int(rng.integers(1, 10))
+        poc = PowerOfChoice().select(cands, metrics, m)
+        assert MultiMetricActivation(beta=0.0).select(cands, metrics, m) == poc
+        assert len(poc) == len(set(poc)) == m and set(poc) <= set(cands)
+    tied = {c: {"loss": 1.0, "grad-norm": 1.0} for c in (4, 2, 8, 6)}
+    assert MultiMetricActivation(2.0).select([8, 6, 4, 2], tied, 2) == [2, 4]
+
+
+def test_d_equal_m_returns_the_candidates():
+    for policy in (UniformActivation(), PowerOfChoice(), GradNormActivation(), MultiMetricActivation(0.5)):
+        assert policy.select([5, 9, 3, 7], METRICS, 4) == [3, 5, 7, 9]
+
+
+def test_scaled_ranks_and_bad_input():
+    np.testing.assert_allclose(scaled_ranks([3.0, 1.0, 2.0]), [1.0, 0.0, 0.5])
+    np.testing.assert_allclose(scaled_ranks([1.0, 1.0, 2.0]), [0.25, 0.25, 1.0])
+    with pytest.raises(ValueError, match="m must"):
+        PowerOfChoice().select([1, 2], METRICS, 3)
+    with pytest.raises(ValueError, match="beta"):
+        MultiMetricActivation(-1.0)
+    with pytest.raises(ValueError, match="policy"):
+        make_policy("oracle")
+    with pytest.raises(ValueError, match="candidates"):
+        ActivatedFedAvg(4, LOCAL, candidates=2)
+
+
+def test_probe_metrics_match_autograd_by_hand():
+    x, y = client_data(SPEC, 0)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(x.shape[1], 10)
+    m = probe_metrics(model, x, y)
+    loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+    g = torch.autograd.grad(loss, list(model.parameters()))
+    assert m["loss"] == pytest.approx(loss.item())
+    assert m["grad-norm"] == pytest.approx(float(torch.sqrt(sum((t**2).sum() for t in g))), rel=1e-6)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_uniform_with_d_equal_m_is_bitwise_seeded_fedavg():
+    h_avg = _run(SeededFedAvg(4, LOCAL, seed=0))
+    s = ActivatedFedAvg(4, LOCAL, seed=0, policy=UniformActivation(), candidates=4)
+    h_act = _run(s)
+    assert _equal(snapshot(h_avg.final_arrays), snapshot(h_act.final_arrays))
+    assert s.probe_downloads == 0
+
+
+def test_probed_run_activates_the_policys_choice():
+    s = ActivatedFedAvg(3, LOCAL, seed=1, policy=MultiMetricActivation(1.0), candidates=6)
+    _run(s, rounds=3)
+    assert s.probe_downloads == 3 * 6
+    for r in (1, 2, 3):
+        assert len(s.drawn[r]) == 6 and set(s.probes[r]) == set(s.drawn[r])
+        assert s.sampled[r] == MultiMetricActivation(1.0).select(s.drawn[r], s.probes[r], 3)
+        assert all(m["loss"] > 0 and m["grad-norm"] > 0 for m in s.probes[r].values())
+
+
+def test_activation_claims_from_a_known_frame():
+    rows = [{"policy": p, "beta": b, "seed": s, "accuracy": 0.0, "budget_accuracy": acc + s}
+            for s in (0, 1) for p, b, acc in (("uniform", 0.0, 70.0), ("power-of-choice", 0.0, 74.0),
+                                              ("multi-metric", 1.0, 75.0), ("multi-metric", 2.0, 60.0))]
+    c = activation_claims(pd.DataFrame(rows), 1.0)
+    assert c == {"acc_gain_vs_uniform": [5.0, 5.0], "acc_gain_vs_power_of_choice": [1.0, 1.0]}
+    with pytest.raises(ValueError, match="beta"):
+        activation_claims(pd.DataFrame(rows), 0.5)

@@ -1,0 +1,173 @@
+"""FedLAMA and the FL core: the spec's invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Context, RecordDict
+from flwr.serverapp.strategy import FedAvg
+from repro.federated.chapters.fedlama import FedLamaRun, run_strategy, sweep
+from repro.federated.client import LocalSettings, LocalSGD, client_seed, make_client_app, round_seed
+from repro.federated.engine import History, central_evaluator, initial_arrays, run_federated, snapshot
+from repro.federated.fedlama import FedLAMA, discrepancy, select_relaxed_layers
+from repro.federated.reference import fedavg_loop
+from repro.federated.strategies import SeededFedAvg
+from repro.federated.task import TaskSpec
+
+SPEC = TaskSpec(dataset="digits", num_clients=12, alpha=0.3, hidden=(32, 16))
+LOCAL = LocalSGD(batch_size=16, lr=0.05, momentum=0.5).config(3)
+
+
+def test_phi_one_is_bitwise_fedavg(run_rounds, same_weights):
+    h_avg = run_rounds(SeededFedAvg(4, LOCAL, seed=0))
+    s = FedLAMA(4, LOCAL, seed=0, phi=1)
+    h_lama = run_rounds(s)
+    assert same_weights(snapshot(h_avg.final_arrays), snapshot(h_lama.final_arrays))
+    assert h_avg.accuracy == h_lama.accuracy and h_avg.comm == h_lama.comm
+
+
+def test_flower_fedavg_equals_hand_written_loop(same_weights):
+    """Flower's FedAvg through our in-process grid gives exactly the hand-written loop's weights."""
+    ref = fedavg_loop(SPEC, LOCAL, rounds=6, active_clients=4, seed=3)
+    hist = run_federated(SeededFedAvg(4, LOCAL, seed=3), make_client_app(SPEC, {"seed": 3}), SPEC.num_clients,
+                         initial_arrays(SPEC, 3), 6, central_evaluator(SPEC), [6])
+    assert same_weights(snapshot(hist.final_arrays), ref)
+
+
+def _stock_and_lama(spec: TaskSpec, rounds: int, engine: str = "inprocess") -> tuple[History, History]:
+    """Flower's own FedAvg (settings only in the run config) and FedLAMA at phi=1 with every client active."""
+    app = make_client_app(spec, {"seed": 4, **LOCAL})
+    runs = []
+    for strategy in (FedAvg(), FedLAMA(spec.num_clients, LOCAL, seed=9, phi=1)):
+        runs.append(run_federated(strategy, app, spec.num_clients, initial_arrays(spec, 0), rounds,
+                                  central_evaluator(spec), range(rounds + 1), engine=engine))
+    return runs[0], runs[1]
+
+
+def test_stock_flower_fedavg_equals_fedlama_at_phi_one(same_weights):
+    """The engine takes Flower's own FedAvg unwrapped; replies in node order, it equals FedLAMA(phi=1) bitwise."""
+    stock, lama = _stock_and_lama(SPEC, rounds=4)
+    assert same_weights(snapshot(stock.final_arrays), snapshot(lama.final_arrays))
+    assert stock.accuracy == lama.accuracy and stock.rounds == lama.rounds == [0, 1, 2, 3, 4]
+    assert stock.comm == [0] * 5  # stock FedAvg does not count its communication
+    assert stock.accuracy[-1] != stock.accuracy[0]  # it trained
+
+
+@pytest.mark.slow
+def test_stock_flower_fedavg_runs_on_ray():
+    """Flower's own FedAvg runs unwrapped under the Ray engine and ends where the in-process run ends."""
+    spec = TaskSpec(dataset="digits", num_clients=4, alpha=0.5, hidden=(16,))
+    stock_ray, _ = _stock_and_lama(spec, rounds=2, engine="ray")
+    stock_in, _ = _stock_and_lama(spec, rounds=2)
+    assert stock_ray.rounds == [0, 1, 2]
+    a, b = snapshot(stock_ray.final_arrays), snapshot(stock_in.final_arrays)
+    for k in a:  # Ray delivers replies in arrival order, so the sums may differ in the last bits
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6)
+
+
+def test_batch_seed_comes_from_the_run_seed_and_the_server_round():
+    """Clients seed their batches from the run config's seed and the round, whatever the strategy sends."""
+    def settings(run_seed: int, server_round: int, extra: dict | None = None) -> LocalSettings:
+        ctx = Context(run_id=1, node_id=3, node_config={"partition-id": 2}, state=RecordDict(),
+                      run_config={"seed": run_seed, "steps": 7})
+        return LocalSettings.read(ConfigRecord({"server-round": server_round, **(extra or {})}), ctx, 2)
+
+    assert settings(0, 1).steps == 7 and settings(0, 1, {"steps": 2}).steps == 2
+    seeds = {settings(s, r).seed for s in (0, 1) for r in (1, 2)}
+    assert len(seeds) == 4
+    assert settings(1, 2, {"seed": 99}).seed == settings(1, 2).seed  # a strategy's own "seed" key is not used
+    assert settings(1, 2).seed == client_seed(round_seed(1, 2), 2)
+    with pytest.raises(KeyError, match="server-round"):
+        LocalSettings.read(ConfigRecord({}), Context(run_id=1, node_id=1, node_config={}, state=RecordDict(),
+                                                      run_config={"steps": 1}), 0)
+
+
+def test_discrepancy_zero_for_equal_copies():
+    u = np.random.default_rng(0).normal(size=(5, 4))
+    assert discrepancy(u, [u.copy(), u.copy(), u.copy()]) == 0.0
+    assert discrepancy(np.zeros(3), [np.ones(3), -np.ones(3)]) == pytest.approx(3.0)
+
+
+def test_selection_stops_at_first_crossing_and_includes_it():
+    # eff order: a (0.1) < b (0.2) < c (0.3) < d (0.4)
+    dims = {"a": 100, "b": 100, "c": 100, "d": 100}
+    eff = {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.4}
+    dist = {k: eff[k] * dims[k] for k in dims}  # totals: dist 100, dim 400
+    # after a: delta=0.1, 1-lambda=0.75 -> go on; after b: delta=0.3, 0.5 -> go on;
+    # after c: delta=0.6 > 1-lambda=0.25 -> stop, c included
+    assert select_relaxed_layers(eff, dist, dims) == ["a", "b", "c"]
+    # a large layer with little discrepancy is relaxed alone; the small, drifting one is not
+    dims3 = {"big": 900, "small": 100}
+    dist3 = {"big": 1.0, "small": 99.0}
+    eff3 = {k: dist3[k] / dims3[k] for k in dims3}
+    # after big: delta=0.01, 1-lambda=0.1 -> go on; after small: delta=1 > 0 -> stop (both in)
+    assert select_relaxed_layers(eff3, dist3, dims3) == ["big", "small"]
+    dims4 = {"big": 900, "small": 100}
+    dist4 = {"big": 50.0, "small": 50.0}
+    eff4 = {k: dist4[k] / dims4[k] for k in dims4}
+    # after big: delta=0.5 > 1-lambda=0.1 -> stop with big only
+    assert select_relaxed_layers(eff4, dist4, dims4) == ["big"]
+
+
+def test_biases_keep_interval_one_and_comm_counts_match_intervals(run_rounds):
+    phi, rounds = 3, 12
+    s = FedLAMA(4, LOCAL, seed=1, phi=phi)
+    run_rounds(s, rounds=rounds)
+    for r, intervals in s.timeline.items():
+        for k, i in intervals.items():
+            if k.endswith(".bias"):
+                assert i == 1
+            assert i in (1, phi)
+    assert any(i == phi for tl in s.timeline.values() for i in tl.values()), "some layer should be relaxed"
+    # layer l is aggregated exactly in the rounds r with r mod I_l(r) == 0
+    for k in s.timeline[1]:
+        expected = [r for r in range(1, rounds + 1) if r % s.timeline[r][k] == 0]
+        assert s.comm.syncs[k] == expected
+        assert s.comm.sync_count(k) == len(expected)
+    # every layer is synchronised at the end of each period
+    for r in range(phi, rounds + 1, phi):
+        assert all(r in s.comm.syncs[k] for k in s.comm.syncs)
+
+
+def test_clients_resampled_only_every_phi_rounds(run_rounds):
+    phi = 4
+    s = FedLAMA(4, LOCAL, seed=2, phi=phi)
+    run_rounds(s, rounds=8)
+    assert s.sampled[1] == s.sampled[2] == s.sampled[3] == s.sampled[4]
+    assert s.sampled[5] == s.sampled[8]
+
+
+def test_fedlama_communicates_less_than_fedavg(run_rounds):
+    s_avg, s_lama = SeededFedAvg(4, LOCAL, seed=0), FedLAMA(4, LOCAL, seed=0, phi=2)
+    run_rounds(s_avg, rounds=8)
+    run_rounds(s_lama, rounds=8)
+    assert s_lama.comm.total < s_avg.comm.total
+
+
+def test_same_total_steps_for_long_interval_baseline():
+    sgd = LocalSGD(16, 0.05, 0.0)
+    _, s_long = run_strategy(FedLamaRun("fedavg_long", 2, 0, SPEC, sgd, tau=3, rounds=4, active_clients=3,
+                                        eval_every=2))
+    _, s_avg = run_strategy(FedLamaRun("fedavg", 1, 0, SPEC, sgd, tau=3, rounds=4, active_clients=3, eval_every=2))
+    assert s_long.local["steps"] == 2 * s_avg.local["steps"]  # phi*tau steps per round
+    assert s_long.comm.total * 2 == s_avg.comm.total  # half the rounds, full model each time
+    with pytest.raises(ValueError, match="multiple of phi"):
+        FedLamaRun("fedlama", 3, 0, SPEC, sgd, tau=3, rounds=4, active_clients=3, eval_every=2)
+
+
+@pytest.mark.slow
+def test_ray_engine_matches_inprocess(run_rounds, same_weights):
+    """Flower's Ray simulation and the in-process grid give identical metrics and weights."""
+    spec = TaskSpec(dataset="digits", num_clients=6, alpha=0.5, hidden=(16,))
+    h_in = run_rounds(FedLAMA(3, LOCAL, seed=5, phi=2), rounds=4, spec=spec)
+    h_ray = run_rounds(FedLAMA(3, LOCAL, seed=5, phi=2), rounds=4, spec=spec, engine="ray")
+    assert h_in.accuracy == h_ray.accuracy and h_in.comm == h_ray.comm
+    assert same_weights(snapshot(h_in.final_arrays), snapshot(h_ray.final_arrays))
+
+
+def test_sweep_results_do_not_depend_on_worker_processes():
+    spec = TaskSpec(dataset="digits", num_clients=6, alpha=0.5, hidden=(16,))
+    args = dict(sgd=LocalSGD(16, 0.05, 0.0), tau=2, phis=[2], rounds=4, active_clients=3, seeds=[0, 1], eval_every=2)
+    f1, c1, t1 = sweep(spec, workers=1, **args)
+    f2, c2, t2 = sweep(spec, workers=2, **args)
+    assert f1.equals(f2) and c1.equals(c2) and t1 == t2

@@ -1,0 +1,127 @@
+"""SAFA, daisy chaining and FedProx: the spec's invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from repro.federated.chapters.safa import claims as safa_claims
+from repro.federated.client import LocalSettings, LocalSGD, make_client_app, penalised_sgd
+from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
+from repro.federated.safa import SAFA, feddc, make_regularised_client_app, squared_gradient
+from repro.federated.strategies import SeededFedAvg, SeededFedProx
+from repro.federated.task import TaskSpec, client_data
+
+SPEC = TaskSpec(dataset="digits", num_clients=20, scheme="sparse_and_scarce", alpha=0.1, usage=1.0, hidden=(16,))
+LOCAL = LocalSGD(batch_size=8, lr=0.05, momentum=0.0).config(4)
+
+
+def _run(strategy, app, rounds=5, spec=SPEC, engine="inprocess"):
+    return run_federated(strategy, app, spec.num_clients, initial_arrays(spec, 0), rounds,
+                         central_evaluator(spec), range(rounds + 1), engine=engine)
+
+
+def _equal(a, b):
+    return set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_safa_lambda_zero_a_zero_period_one_is_bitwise_fedavg():
+    h_avg = _run(SeededFedAvg(4, LOCAL, seed=0), make_client_app(SPEC))
+    h_safa = _run(SAFA(4, LOCAL, seed=0, lam=0.0, mix=0.0, period=1), make_regularised_client_app(SPEC))
+    assert _equal(snapshot(h_avg.final_arrays), snapshot(h_safa.final_arrays))
+    assert h_avg.accuracy == h_safa.accuracy
+
+
+def test_fedprox_mu_zero_is_bitwise_fedavg_and_mu_pulls_towards_the_anchor():
+    h_avg = _run(SeededFedAvg(4, LOCAL, seed=1), make_client_app(SPEC))
+    s = SeededFedProx(4, LOCAL, seed=1, mu=0.0)
+    h_prox = _run(s, make_regularised_client_app(SPEC))
+    assert _equal(snapshot(h_avg.final_arrays), snapshot(h_prox.final_arrays))
+    assert s.proximal_mu == 0.0
+    # a strong proximal term keeps the local model nearer its start
+    x, y = client_data(SPEC, 0)
+    torch.manual_seed(0)
+    base = torch.nn.Linear(64, 10)
+    start = {k: v.detach().numpy().copy() for k, v in base.state_dict().items()}
+    dist = []
+    for mu in (0.0, 5.0):
+        m = torch.nn.Linear(64, 10)
+        m.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in start.items()})
+        penalised_sgd(m, x, y, LocalSettings(steps=20, batch_size=8, lr=0.05, momentum=0.0, seed=3), anchor=start,
+                      weight=mu / 2)
+        dist.append(sum(float(((p.detach().numpy() - start[k]) ** 2).sum()) for k, p in m.named_parameters()))
+    assert dist[1] < dist[0]
+
+
+def test_models_are_chained_and_volumes_and_importance_accumulate():
+    K, u = 3, 4
+    s = SAFA(K, LOCAL, seed=2, lam=0.1, mix=0.5, period=u)
+    _run(s, make_regularised_client_app(SPEC), rounds=3)
+    # every round, each model went to exactly one sampled client
+    for r, assign in s.assignment.items():
+        assert sorted(assign) == s.sampled[r] and sorted(assign.values()) == list(range(K))
+    # no pull yet (3 < u): each model's volume is the data of the clients it visited
+    sizes = {p: len(client_data(SPEC, p)[1]) for p in range(SPEC.num_clients)}
+    for k in range(K):
+        seen = [p for r in (1, 2, 3) for p, kk in s.assignment[r].items() if kk == k]
+        assert s.volume[k] == sum(sizes[p] for p in seen)
+        assert all((f >= 0).all() for f in s.fisher[k].values())
+        assert any(f.sum() > 0 for f in s.fisher[k].values())
+
+
+def test_pull_mixes_models_with_the_global_one_and_resets_volumes():
+    K = 3
+    s = SAFA(K, LOCAL, seed=3, lam=0.0, mix=0.25, period=2)
+    before = {}
+
+    orig = s._pull
+
+    def spy(glob):
+        before["models"] = [{k: v.copy() for k, v in m.items()} for m in s.models]
+        before["glob"] = {k: v.copy() for k, v in glob.items()}
+        orig(glob)
+
+    s._pull = spy
+    _run(s, make_regularised_client_app(SPEC), rounds=2)
+    assert (s.volume == 0).all()
+    for k in range(K):
+        for n, g in before["glob"].items():
+            np.testing.assert_allclose(s.models[k][n], 0.75 * g + 0.25 * before["models"][k][n], rtol=1e-6)
+
+
+def test_feddc_is_safa_without_importance_or_memory():
+    s = feddc(4, LOCAL, seed=0, period=5)
+    assert (s.lam, s.mix, s.period) == (0.0, 0.0, 5)
+    with pytest.raises(ValueError, match="mix must"):
+        SAFA(2, LOCAL, mix=1.5)
+    with pytest.raises(ValueError, match="period"):
+        SAFA(2, LOCAL, period=0)
+
+
+def test_squared_gradient_is_the_square_of_autograd():
+    x, y = client_data(SPEC, 1)
+    torch.manual_seed(1)
+    m = torch.nn.Linear(64, 10)
+    sq = squared_gradient(m, x, y)
+    loss = torch.nn.functional.cross_entropy(m(torch.from_numpy(x)), torch.from_numpy(y))
+    g = torch.autograd.grad(loss, [m.weight, m.bias])
+    np.testing.assert_allclose(sq["weight"], (g[0] ** 2).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(sq["bias"], (g[1] ** 2).numpy(), rtol=1e-6)
+
+
+def test_fedprox_mu_reaches_the_clients():
+    h_avg = _run(SeededFedAvg(4, LOCAL, seed=1), make_client_app(SPEC), rounds=2)
+    h_prox = _run(SeededFedProx(4, LOCAL, seed=1, mu=1.0), make_regularised_client_app(SPEC), rounds=2)
+    assert not _equal(snapshot(h_avg.final_arrays), snapshot(h_prox.final_arrays))
+
+
+def test_safa_claims_from_a_known_frame():
+    rows = []
+    for seed in (0, 1):
+        for m, acc in (("fedavg", 80.0), ("fedprox", 80.5), ("feddc", 84.0), ("safa", 86.0 + seed)):
+            rows.append({"method": m, "alpha": 0.1, "seed": seed, "accuracy": 0.0, "budget_accuracy": acc})
+        rows.append({"method": "safa", "alpha": 1.0, "seed": seed, "accuracy": 0.0, "budget_accuracy": 0.0})
+    c = safa_claims(pd.DataFrame(rows), 0.1)
+    assert c == {"acc_gain_vs_fedavg": [6.0, 7.0], "acc_gain_vs_feddc": [2.0, 3.0],
+                 "fedprox_gain_vs_fedavg": [0.5, 0.5]}
