@@ -1,0 +1,66 @@
+"""Parallel I/O benchmarks (``bench/run.py`` imports ``run()``).
+
+1. Our two-phase collective write against MPI's own ``Write_at_all`` on the same pattern (an
+   irregular E3SM-like map, 8 MiB, 8 ranks, 2 aggregators, on this host): seconds = our median
+   write time, ratio = MPI's time / ours (above 1: ours is faster), for two kernels and for TAM.
+2. SimGrid wall time per paper-scale point (target: <= 60 s per point): the unordered and the
+   balanced spread-out exchange at 256 ranks on a Dragonfly, and TAM's layer 2 at 16 nodes x 16.
+3. The endpoint model at 16384 ranks: pattern, round tables and times of five kernels.
+"""
+
+from __future__ import annotations
+
+import time
+
+from repro.pario.exchange_sim import DragonflyConstants, irregular_pattern, model_time, platform_for, simulate_kernel
+from repro.pario.intranode import IntraNodeLayout
+from repro.pario.kernels import EndpointModel
+from repro.pario.mpi_worker import launch
+from repro.pario.tam_model import simulate_layer2
+
+TARGET_S = 60.0
+PLATFORM = DragonflyConstants(10e9, 5e9, 100e-9, 100e-9, 1.5e-6)
+
+
+def _mpi_rows() -> list[tuple[str, float, str]]:
+    job = {"decomp": {"kind": "irregular", "file_size": 8 << 20, "mean_run": 64, "seed": 0}, "aggregators": 2,
+           "kernels": ["unordered", "balanced:2"], "repeats": 5, "tam": {"ranks_per_node": 4, "per_node": [1]}}
+    rep = launch(8, job, timeout=600)
+    mpi = rep["mpi"]["write_s"]
+    rows = [(f"two-phase write, {w['kernel']}, 8 ranks, 8 MiB irregular", w["total_s"],
+             f"{mpi / w['total_s']:.2f}x MPI Write_at_all throughput") for w in rep["writes"]]
+    rows += [(f"TAM write, k={t['per_node']} per 4-rank node, 8 ranks", t["total_s"],
+              f"{mpi / t['total_s']:.2f}x MPI Write_at_all throughput") for t in rep["tam"]]
+    rows.append(("MPI Write_at_all (ROMIO), same pattern", mpi, "1.00x"))
+    return rows
+
+
+def _sim_rows() -> list[tuple[str, float, str]]:
+    rows = []
+    pat = irregular_pattern(256, 16, 32768, 256, 0)
+    pf = platform_for(256, 16, PLATFORM)
+    for kernel in ("unordered", "balanced:32"):
+        t0 = time.perf_counter()
+        simulate_kernel(pat, kernel, pf)
+        wall = time.perf_counter() - t0
+        rows.append((f"SimGrid {kernel} exchange, 256 ranks, Dragonfly", wall, f"{wall / TARGET_S:.2f}x target"))
+    t0 = time.perf_counter()
+    simulate_layer2(pat, IntraNodeLayout(256, 16, 1), pf)
+    wall = time.perf_counter() - t0
+    rows.append(("SimGrid TAM layer 2, 16 nodes x 16, k=1", wall, f"{wall / TARGET_S:.2f}x target"))
+    return rows
+
+
+def _model_rows() -> list[tuple[str, float, str]]:
+    t0 = time.perf_counter()
+    pat = irregular_pattern(16384, 64, 32768, 256, 0)
+    model = EndpointModel(1.5e-6, 10e9, 2e-7, 1e-9)
+    for kernel in ("unordered", "scattered:32", "balanced:8", "balanced:32", "balanced:128"):
+        model_time(pat, kernel, model)
+    wall = time.perf_counter() - t0
+    return [("endpoint model, 16384 ranks, 5 kernels", wall, f"{wall / TARGET_S:.2f}x target")]
+
+
+def run() -> list[tuple[str, float, str]]:
+    """Every parallel I/O benchmark row: (name, seconds, ratio)."""
+    return _mpi_rows() + _sim_rows() + _model_rows()
