@@ -14,10 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from repro.collectives.algorithms import ALGORITHMS
+from repro.collectives.algorithms import ALGORITHMS, parse_spec
 from repro.collectives.executors.launcher import MPIRunError, run_mpi
-from repro.collectives.algorithms import parse_spec
 
 WORKER = ["-m", "repro.collectives.executors.mpi_worker"]
 

@@ -1,24 +1,44 @@
-"""Collective-communication algorithms: one schedule, several executors.
+"""Collective communication and networks: one schedule, several executors, six chapters.
 
 Each algorithm is written once as a :class:`~repro.collectives.ir.Schedule`
 (per rank, per step: sends, receives with copy/sum, local copies, over a
-buffer cut into blocks of uneven lengths) and is then
+buffer cut into blocks of uneven lengths) and is then run, costed or
+simulated by the modules below.  Nothing is re-exported here: import from the
+module that defines a name.
 
-* interpreted in pure numpy for all ranks (:func:`execute_reference`),
-* run on a real MPI with mpi4py (:func:`~repro.collectives.executors.mpi.execute_mpi`, launched by
-  :func:`~repro.collectives.executors.launcher.run_mpi` and the worker
-  :mod:`repro.collectives.executors.mpi_worker`),
-* costed under the alpha-beta-gamma model (:func:`schedule_cost`), next to
-  each algorithm's closed form (:func:`closed_form_cost`),
-* simulated on a network with SimGrid (:func:`simulate`, platforms from
-  :mod:`repro.collectives.platforms`; needs ``envs/simgrid-setup.sh``),
-* costed on a platform's routes with link sharing
-  (:func:`repro.collectives.congestion.congestion_cost`).
+Schedules and algorithms
+    ``ir``            the schedule IR (steps, sends, receives, copies; ``validate``, ``messages``)
+    ``phases``        building blocks (ring, halving/doubling phases) the algorithms compose
+    ``allreduce``     ``ring``, ``recursive_doubling``, ``rabenseifner``, ``binomial``, ``lr_lr``,
+                      ``lr_rab``, ``lr_lr_pipe``
+    ``alltoall``      ``linear``, ``pairwise``, ``bruck``, ``two_phase``, ``2dfc``
+    ``algorithms``    the registry (``ALGORITHMS``, ``build_schedule``, ``closed_form_cost``,
+                      ``parse_spec``, ``inapplicable``)
+    ``kautz_mp``      multi-port allgather / reduce-scatter / allreduce on a Kautz ``K(d, 2)``
+    ``sparse``        mixed dense/sparse segments and the sparse allreduce algorithms
+    ``fec``           Reed-Solomon RS(544,514) and Hamming SEC/SECDED codecs and their error models
+    ``npb_skeletons`` communication skeletons of NPB-like kernels
 
-The chapters' sweeps, closed forms and claims live in
-:mod:`repro.collectives.experiments`, their figures in :mod:`repro.collectives.plots`.
+Costs and networks
+    ``cost``          alpha-beta-gamma closed forms and a schedule's cost; two-level and
+                      halving-doubling closed forms with the platforms' constants
+    ``platforms``     SimGrid platforms (fully connected, 2dfc, Kautz, fat tree, GPU cluster,
+                      distributed loop); ``dragonfly`` adds the Dragonfly and end-point start-up
+    ``congestion``    route-aware alpha-beta cost with link sharing, link energy, ``contention_of``
 
-Algorithms (``ALGORITHMS``): allreduce ``ring``, ``recursive_doubling``,
-``rabenseifner``, ``binomial``, ``lr_lr``, ``lr_rab``, ``lr_lr_pipe``;
-all-to-all ``linear``, ``pairwise``, ``bruck``, ``two_phase``, ``2dfc``.
+Executors (``executors/``)
+    ``reference``     numpy, all ranks in one process (the oracle)
+    ``mpi``           one rank of a real MPI communicator (mpi4py)
+    ``simgrid``       simulated time on a platform (child process)
+    ``launcher``      ``run_mpi``: ``mpiexec ... python -m mpi4py`` with a timeout and the failing rank's cause
+    ``mpi_worker``    the per-rank check/bench program and ``launch_worker``
+
+Shared by the chapters
+    ``sweep``         ``Point``, ``platform_key``, ``build_platform``, ``closed_form``, ``run_points``
+    ``exactness``     ``algorithm_exactness`` and ``exactness_summary`` (schedules against MPI's collectives)
+    ``figures``       ``sim_vs_model``, ``bars``, ``comparison_table``
+
+Chapters (``chapters/<module>.py`` beside ``chapters/<id>.yaml``)
+    ``multileader_allreduce``, ``a2a_2dfc``, ``dln_allreduce``, ``kautz_fpga``, ``hamming_fec``,
+    ``sparse_allreduce``
 """

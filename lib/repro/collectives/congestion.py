@@ -15,7 +15,7 @@ schedule puts on every link into network energy.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from repro.collectives.ir import Schedule, messages
 from repro.collectives.platforms import Platform
@@ -138,3 +138,13 @@ def link_energy(schedule: Schedule, platform: Platform, duration: float,
         busy = min(used.get(name, 0) / link.bandwidth, duration)
         total += lp.peak_w * (lp.idle_fraction * duration + (1 - lp.idle_fraction) * busy)
     return total
+
+
+def contention_of(builder: str, kw: dict[str, Any]) -> tuple[int, float]:
+    """``(hosts per switch/leaf, flows sharing an uplink)`` of a DLN or fat-tree platform."""
+    if builder == "distributed_loop":
+        p = kw["hosts_per_switch"]
+        return p, p / kw.get("chord_copies", 1)
+    if builder == "fat_tree":
+        return kw["hosts_per_leaf"], kw["hosts_per_leaf"] / kw["spines"]
+    raise ValueError(f"no contention model for {builder!r}")

@@ -22,11 +22,12 @@ algorithm's blocks; for other ``n`` the schedule's own cost
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from repro.collectives.ir import SUM, Schedule
-from repro.collectives.phases import ceil_log2, pof2_floor
 from repro.collectives.allreduce import pipeline_offsets
 from repro.collectives.alltoall import resolve_grid
+from repro.collectives.ir import SUM, Schedule
+from repro.collectives.phases import ceil_log2, pof2_floor
 
 
 def schedule_cost(schedule: Schedule, itemsize: int, alpha: float, beta: float,
@@ -190,4 +191,61 @@ def two_dim_cost(p: int, m: float, alpha: float, beta: float, gamma: float = 0.0
         total += alpha + R * m * beta
     if R > 1:
         total += alpha + C * m * beta
+    return total
+
+
+# ------------------------------------------------------------ platform-level closed forms
+def hierarchical_closed_form(name: str, kw: dict[str, Any], nbytes: float, k: int | None = None,
+                             segments: int | None = None) -> float:
+    """Two-level alpha-beta time on a :func:`~repro.collectives.platforms.gpu_cluster`.
+
+    Intra-node messages cost ``alpha_i + b/B_nvlink``; inter-node messages
+    ``alpha_x + b * s / B_nic`` where ``alpha_x`` is the latency of the
+    5-link route and ``s`` the number of concurrent flows that share one NIC
+    (``1`` for the flat ring, whose only inter-node flow per node is its
+    wrap-around; ``k / nics_per_node`` for the multi-leader algorithms).
+
+    * ``ring`` (``lr``): ``2(P-1)(alpha_x + n/P beta_x)``, every step waits
+      for its one inter-node message;
+    * ``lr_lr``: ``ring(k, n)`` on NVLink + ``ring(N, n/k)`` across nodes;
+    * ``lr_rab``: ``ring(k, n)`` on NVLink + ``rab(N, n/k)`` across nodes.
+
+    Other algorithms give NaN (their time is read from the route-aware model).
+    """
+    N, kk = kw["nodes"], kw["gpus_per_node"]
+    P = N * kk
+    a_i, b_i = kw.get("nvlink_latency", 1e-6), 1.0 / kw.get("nvlink_bandwidth", 50e9)
+    a_x = (2 * kw.get("pcie_latency", 5e-7) + 2 * kw.get("nic_latency", 5e-7)
+           + kw.get("switch_hops", 3) * kw.get("switch_latency", 1e-7))
+    b_x = 1.0 / min(kw.get("nic_bandwidth", 12.5e9), kw.get("pcie_bandwidth", 16e9))
+    share = kk // kw.get("nics_per_node", 2)
+    if name == "ring":
+        return 2 * (P - 1) * (a_x + nbytes / P * b_x) if N > 1 else ring_cost(P, nbytes, a_i, b_i)
+    if k is not None and k != kk:
+        return float("nan")
+    if name == "lr_lr":
+        return ring_cost(kk, nbytes, a_i, b_i) + ring_cost(N, nbytes / kk, a_x, b_x * share)
+    if name == "lr_rab":
+        return ring_cost(kk, nbytes, a_i, b_i) + rabenseifner_cost(N, nbytes / kk, a_x, b_x * share)
+    return float("nan")
+
+
+def halving_doubling_closed_form(p: int, nbytes: float, alpha: float, beta: float,
+                                 group: int = 1, share: float = 1.0) -> float:
+    """Rabenseifner (halving-doubling) time with contention on far steps.
+
+    Halving step ``s`` (partner distance ``p/2^(s+1)``) and its mirror
+    doubling step each move ``n/2^(s+1)`` bytes; when the distance is at
+    least ``group`` (hosts per switch or leaf) the flows of a group share an
+    uplink ``share`` ways (``1``: no contention; ``p``-host switches with one
+    chord: ``share = group``; a 2:1 tapered fat tree: ``share = 2``).
+
+    With ``share = 1`` this is ``2 log2(p) alpha + 2 (p-1)/p n beta``.
+    """
+    if p & (p - 1):
+        raise ValueError(f"p={p} must be a power of two")
+    total = 0.0
+    for s in range(int(math.log2(p))):
+        dist, size = p >> (s + 1), nbytes / 2 ** (s + 1)
+        total += 2 * (alpha + size * beta * (share if dist >= group else 1.0))
     return total

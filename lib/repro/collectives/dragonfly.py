@@ -20,11 +20,7 @@ import itertools
 from dataclasses import replace
 
 from repro.collectives.platforms import Platform
-
-
-def _require(cond: bool, name: str, msg: str) -> None:
-    if not cond:
-        raise ValueError(f"{name}: {msg}")
+from repro.validation import check_nonneg, check_positive, check_positive_int
 
 
 def global_router(group: int, other: int, groups: int, routers: int) -> int:
@@ -56,11 +52,12 @@ def dragonfly(groups: int, routers: int, hosts_per_router: int, bandwidth: float
     Platform
         Hosts named ``g{G}r{R}h{i}``.
     """
-    _require(groups >= 1, "groups", f"must be >= 1, got {groups}")
-    _require(routers >= 1, "routers", f"must be >= 1, got {routers}")
-    _require(hosts_per_router >= 1, "hosts_per_router", f"must be >= 1, got {hosts_per_router}")
-    _require(bandwidth > 0, "bandwidth", f"must be > 0, got {bandwidth}")
-    _require(link_latency >= 0 and switch_latency >= 0, "latency", "link and switch latencies must be >= 0")
+    check_positive_int("groups", groups)
+    check_positive_int("routers", routers)
+    check_positive_int("hosts_per_router", hosts_per_router)
+    check_positive("bandwidth", bandwidth)
+    check_nonneg("link_latency", link_latency)
+    check_nonneg("switch_latency", switch_latency)
     gbw = bandwidth if global_bandwidth is None else global_bandwidth
     a, p = routers, hosts_per_router
     pf = Platform(f"dragonfly{groups}x{a}x{p}",
@@ -98,7 +95,7 @@ def with_endpoint_overhead(platform: Platform, alpha: float) -> Platform:
     Half of ``alpha`` is charged at the sender and half at the receiver, on
     per-host FATPIPE links (no bandwidth limit), so contention is unchanged.
     """
-    _require(alpha >= 0, "alpha", f"must be >= 0, got {alpha}")
+    check_nonneg("alpha", alpha)
     if alpha == 0:
         return platform
     pf = replace(platform, name=f"{platform.name}_a", links=dict(platform.links), routes={})

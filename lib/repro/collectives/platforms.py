@@ -255,7 +255,7 @@ def loop_offsets(switches: int) -> list[int]:
     return [1 << j for j in range(max(switches - 1, 0).bit_length()) if (1 << j) < switches]
 
 
-def _loop_path(src: int, dst: int, switches: int) -> list[int]:
+def loop_path(src: int, dst: int, switches: int) -> list[int]:
     """Signed chord offsets taking switch ``src`` to ``dst`` in the power-of-two circulant.
 
     One hop when ``dst - src`` is ``+-2^j`` modulo ``switches`` (every
@@ -314,7 +314,7 @@ def distributed_loop(switches: int, hosts_per_switch: int, bandwidth: float, lat
         raise ValueError(f"chord_copies must be >= 1, got {chord_copies}")
     pf = Platform(f"dln{S}x{p}c{copies}", [f"h{s}_{a}" for s in range(S) for a in range(p)])
     lat = latency + switch_latency
-    paths = {(s, t): _loop_path(s, t, S) for s in range(S) for t in range(S)}
+    paths = {(s, t): loop_path(s, t, S) for s in range(S) for t in range(S)}
     for i, j in itertools.permutations(range(S * p), 2):
         (si, ai), (sj, aj) = divmod(i, p), divmod(j, p)
         route = [pf.add_link(f"h{si}_{ai}->s{si}", bandwidth, lat)]

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from repro.collectives.ir import Schedule
 from repro.collectives.executors.reference import BlockIndex
+from repro.collectives.ir import Schedule
 
 TAG_BASE = 7700
 

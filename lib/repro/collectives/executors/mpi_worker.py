@@ -50,7 +50,14 @@ import numpy as np
 
 from repro import atomic
 from repro.collectives import kautz_mp, sparse
-from repro.collectives.algorithms import ALGORITHMS, build_schedule, get_algorithm, inapplicable, parse_spec, resolve_params
+from repro.collectives.algorithms import (
+    ALGORITHMS,
+    build_schedule,
+    get_algorithm,
+    inapplicable,
+    parse_spec,
+    resolve_params,
+)
 from repro.collectives.executors.launcher import run_mpi
 from repro.collectives.executors.mpi import execute_mpi
 

@@ -1,4 +1,4 @@
-"""Drivers and plots of the ``hamming-fec`` chapter.
+"""Driver of the ``hamming-fec`` chapter: low-latency Hamming FEC instead of RS(544,514) for HPC networks.
 
 * :func:`ber_curves` and :func:`monte_carlo_points`: frame failure against raw
   BER per code, closed form and Monte-Carlo with the real codecs.
@@ -6,20 +6,23 @@
   whose hops pay the RS(544,514) or the Hamming decode latency, per seed
   (rank placement), plus the computation estimate; run times and improvements.
 * :func:`acceptability`: expected silently corrupted frames per run.
+* :func:`claims`: the values the ledger records; :func:`plot_ber`, :func:`plot_npb`
+  and :func:`plot_sensitivity`: the figures.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from repro.collectives import fec
 from repro.collectives.dragonfly import with_endpoint_overhead
-from repro.collectives.npb_skeletons import (KERNELS, bytes_hops, fec_fat_tree, kernel_schedule, placement_for)
 from repro.collectives.executors.simgrid import simulate
+from repro.collectives.npb_skeletons import KERNELS, bytes_hops, fec_fat_tree, kernel_schedule, placement_for
 
 CODES = ("rs544", "hamming_sec", "hamming_secded", "none")
 FRAME_BYTES = fec.DATA_BITS_PER_FRAME / 8
@@ -187,7 +190,7 @@ def acceptability(df: pd.DataFrame, bers: list[float], accept_errors: float) -> 
     return pd.DataFrame(rows)
 
 
-def fec_claims(imp: pd.DataFrame, acc: pd.DataFrame, link: LinkModel, raw_ber: float) -> dict[str, list[float]]:
+def claims(imp: pd.DataFrame, acc: pd.DataFrame, link: LinkModel, raw_ber: float) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims."""
     seeds = sorted(imp.seed.unique())
     at = acc[(acc.code == "hamming_secded") & np.isclose(acc.raw_ber, raw_ber)]
@@ -200,10 +203,8 @@ def fec_claims(imp: pd.DataFrame, acc: pd.DataFrame, link: LinkModel, raw_ber: f
     }
 
 
-def plot_ber(curves: pd.DataFrame, mc: pd.DataFrame):
+def plot_ber(curves: pd.DataFrame, mc: pd.DataFrame) -> plt.Figure:
     """Per-frame failure probability against raw BER (lines: closed form; markers: Monte-Carlo)."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6.5, 4))
     labels = {"rs544": "RS(544,514)", "hamming_sec": "Hamming SEC", "hamming_secded": "Hamming SECDED",
               "none": "no FEC"}
@@ -225,10 +226,8 @@ def plot_ber(curves: pd.DataFrame, mc: pd.DataFrame):
     return fig
 
 
-def plot_npb(imp: pd.DataFrame, paper_value: float | None):
+def plot_npb(imp: pd.DataFrame, paper_value: float | None) -> plt.Figure:
     """Headline figure: run time with Hamming FEC relative to RS-FEC, per kernel (and communication only)."""
-    import matplotlib.pyplot as plt
-
     agg = imp.groupby("kernel").agg(run=("improvement_pct", "mean"), run_sd=("improvement_pct", "std"),
                                     comm=("comm_improvement_pct", "mean"), comm_sd=("comm_improvement_pct", "std"))
     fig, ax = plt.subplots(figsize=(7, 3.8))
@@ -244,10 +243,8 @@ def plot_npb(imp: pd.DataFrame, paper_value: float | None):
     return fig
 
 
-def plot_sensitivity(df: pd.DataFrame, link: LinkModel, decode_ns: list[float]):
+def plot_sensitivity(df: pd.DataFrame, link: LinkModel, decode_ns: list[float]) -> plt.Figure:
     """Mean reduction over kernels against the assumed RS decode latency."""
-    import matplotlib.pyplot as plt
-
     runs, comms = [], []
     for ns in decode_ns:
         imp = improvements(df, ns, link)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
+from repro.collectives import sparse as S
+from repro.collectives.chapters.sparse_allreduce import ClusterModel, density_sweep, replay_schedule
 from repro.collectives.executors.mpi_worker import launch_worker
 from repro.collectives.executors.simgrid import simgrid_available
 from repro.collectives.ir import validate
-from repro.collectives import sparse as S
-from repro.collectives.sparse_experiments import ClusterModel, density_sweep, gpu_cluster, replay_schedule
 
 
 def _random_segment(rng: np.random.Generator, lo: int, hi: int) -> S.Segment:
@@ -112,7 +111,7 @@ def test_replay_schedule_keeps_every_message() -> None:
 @pytest.mark.skipif(not simgrid_available(), reason="SimGrid not installed (envs/simgrid-setup.sh)")
 def test_sparse_ring_ring_faster_than_dense_at_low_density() -> None:
     model = ClusterModel(nodes=2, k=2)
-    gpu_cluster(model).check()
+    model.platform().check()
     df = density_sweep(model, ["dense_ring_ring", "sparse_ring_ring"], [1.0, 1 / 64], 4096, 65536, [0],
                        progress=False)
     t = df.set_index(["algorithm", "density"]).time_s

@@ -1,4 +1,4 @@
-"""Figures and tables of the collectives chapters (shared by all of them)."""
+"""Figures and tables shared by the collectives chapters that run :mod:`repro.collectives.sweep` sweeps."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def sim_vs_model(df: pd.DataFrame, x: str, series: str, facet: str | None = None
     Parameters
     ----------
     df:
-        Rows of :func:`repro.collectives.experiments.run_points` (columns
+        Rows of :func:`repro.collectives.sweep.run_points` (columns
         ``sim_s``, ``model_s``, ``closed_form_s``).
     x, series, facet:
         Column on the x axis, column that makes one line per value, column

@@ -1,29 +1,31 @@
-"""Drivers and plots of the ``sparse-allreduce`` chapter.
+"""Driver of the ``sparse-allreduce`` chapter: topology-aware allreduce of mixed dense and sparse gradients.
 
 Each (algorithm, density, seed) point is first *dry-run* on real random sparse
 vectors with all ranks in one process (:func:`repro.collectives.sparse.dry_run`),
 which records the bytes of every message, step by step, as the formats switch;
 the recorded messages are then replayed with SimGrid on a GPU-cluster platform
-(:func:`gpu_cluster`).  The replay may scale the payloads to a larger vector
+(:meth:`ClusterModel.platform`).  The replay may scale the payloads to a larger vector
 (``model_dim / dim``): fill-in depends on the density, not on the length, so
-the byte counts scale with the vector.
+the byte counts scale with the vector.  :func:`sparse_exactness` runs every
+algorithm on a real MPI, :func:`claims` gives the values the ledger records.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from repro.collectives import sparse
 from repro.collectives.dragonfly import with_endpoint_overhead
-from repro.collectives.npb_skeletons import trace_schedule
-from repro.collectives.platforms import Platform
-from repro.collectives.platforms import gpu_cluster as cluster_platform
 from repro.collectives.executors.mpi_worker import launch_worker
 from repro.collectives.executors.simgrid import simulate
+from repro.collectives.ir import Schedule
+from repro.collectives.npb_skeletons import trace_schedule
+from repro.collectives.platforms import Platform, gpu_cluster
 
 
 @dataclass(frozen=True)
@@ -61,26 +63,25 @@ class ClusterModel:
         """Total GPUs (ranks)."""
         return self.nodes * self.k
 
+    def platform(self) -> Platform:
+        """The cluster as a SimGrid platform, built by :func:`repro.collectives.platforms.gpu_cluster`.
 
-def gpu_cluster(m: ClusterModel) -> Platform:
-    """The cluster as a SimGrid platform, built by :func:`repro.collectives.platforms.gpu_cluster`.
-
-    NVLink inside a node; between nodes GPU -> PCIe switch -> NIC (two per node
-    when ``k`` is even, sharing ``nic_gbs``) -> non-blocking fabric -> mirror
-    path; plus the start-up ``alpha_us`` at both ends of every message.
-    """
-    if m.nodes < 1 or m.k < 1:
-        raise ValueError(f"nodes and k must be >= 1, got nodes={m.nodes}, k={m.k}")
-    nics = 2 if m.k % 2 == 0 else 1
-    gb = 1e9
-    pf = cluster_platform(m.nodes, m.k, nvlink_bandwidth=m.nvlink_gbs * gb, nvlink_latency=m.nvlink_us * 1e-6,
-                          pcie_bandwidth=m.pcie_gbs * gb, pcie_latency=0.0,
-                          nic_bandwidth=m.nic_gbs * gb / nics, nic_latency=m.nic_us * 1e-6,
-                          nics_per_node=nics, switch_latency=m.switch_us * 1e-6, switch_hops=1)
-    return with_endpoint_overhead(pf, m.alpha_us * 1e-6)
+        NVLink inside a node; between nodes GPU -> PCIe switch -> NIC (two per node
+        when ``k`` is even, sharing ``nic_gbs``) -> non-blocking fabric -> mirror
+        path; plus the start-up ``alpha_us`` at both ends of every message.
+        """
+        if self.nodes < 1 or self.k < 1:
+            raise ValueError(f"nodes and k must be >= 1, got nodes={self.nodes}, k={self.k}")
+        nics = 2 if self.k % 2 == 0 else 1
+        gb = 1e9
+        pf = gpu_cluster(self.nodes, self.k, nvlink_bandwidth=self.nvlink_gbs * gb,
+                         nvlink_latency=self.nvlink_us * 1e-6, pcie_bandwidth=self.pcie_gbs * gb, pcie_latency=0.0,
+                         nic_bandwidth=self.nic_gbs * gb / nics, nic_latency=self.nic_us * 1e-6,
+                         nics_per_node=nics, switch_latency=self.switch_us * 1e-6, switch_hops=1)
+        return with_endpoint_overhead(pf, self.alpha_us * 1e-6)
 
 
-def replay_schedule(logs: list[list[tuple[int, int, int]]], scale: float, name: str):
+def replay_schedule(logs: list[list[tuple[int, int, int]]], scale: float, name: str) -> Schedule:
     """A trace schedule from the ranks' message logs, payloads scaled by ``scale`` (headers kept)."""
     nsteps = 1 + max((s for log in logs for s, _, _ in log), default=-1)
     steps: list[list[tuple[int, int, int]]] = [[] for _ in range(nsteps)]
@@ -111,7 +112,7 @@ def density_sweep(model: ClusterModel, algorithms: list[str], densities: list[fl
         raise ValueError(f"dim ({dim}) must be at least the number of ranks ({model.p})")
     if model_dim < dim:
         raise ValueError(f"model_dim ({model_dim}) must be >= dim ({dim})")
-    pf = gpu_cluster(model)
+    pf = model.platform()
     scale = model_dim / dim
     cache: dict[tuple[str, float], dict] = {}
     rows = []
@@ -145,7 +146,7 @@ def _t(df: pd.DataFrame, algo: str, dens: float, seed: int) -> float:
     return float(sel.time_s.iloc[0])
 
 
-def sparse_claims(df: pd.DataFrame) -> dict[str, list[float]]:
+def claims(df: pd.DataFrame) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims."""
     seeds = sorted(df.seed.unique())
     low, high = df.density.min(), df.density.max()
@@ -165,21 +166,38 @@ def expected_fill_in(density: float, q: int) -> float:
     return 1.0 - (1.0 - density) ** q
 
 
-def mpi_exactness(algorithms: list[str], densities: list[float], p: int, k: int, lengths: tuple[int, ...],
-                  seed: int = 0, timeout: float = 180.0) -> pd.DataFrame:
-    """Every algorithm and density on a real MPI (one ``mpiexec -n p`` launch), against MPI's dense Allreduce."""
+def sparse_exactness(algorithms: list[str], densities: list[float], p: int, k: int, lengths: tuple[int, ...],
+                     seed: int = 0, timeout: float = 180.0) -> pd.DataFrame:
+    """Every algorithm and density on a real MPI (one ``mpiexec -n p`` launch), against MPI's dense Allreduce.
+
+    Raises
+    ------
+    ValueError
+        If the launch ran no case.
+    """
     cases = [f"{a}:k={k}:density={d!r}" for a in algorithms for d in densities]
     rep = launch_worker("sparse", p, ["--cases", ";".join(cases), "--lengths", ",".join(map(str, lengths)),
                                       "--seed", str(seed)], timeout=timeout)
+    if rep["n_cases"] == 0:
+        raise ValueError(f"no sparse case ran on {p} ranks")
     rows = [dict(algorithm=c["algorithm"], density=c["density"], elements=c["n"], ranks=c["p"], equal_to_MPI=c["ok"],
                  bytes_sent_rank0=c["bytes_sent"], result_dense=c["result_dense"]) for c in rep["cases"]]
     return pd.DataFrame(rows)
 
 
-def plot_time_vs_density(df: pd.DataFrame):
-    """Headline figure: allreduce time against density, per algorithm (mean and min-max over seeds)."""
-    import matplotlib.pyplot as plt
+def density_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per density and algorithm: mean and sd (over seeds) of the time in ms, MB sent per rank, steps,
+    and whether the result came out dense."""
+    rows = []
+    for (density, algo), g in df.groupby(["density", "algorithm"]):
+        rows.append({"density": density, "algorithm": algo, "time_ms": 1e3 * g.time_s.mean(),
+                     "time_sd_ms": 1e3 * g.time_s.std(ddof=0), "MB_per_rank": g.bytes_per_rank.mean() / 1e6,
+                     "steps": g.steps.iloc[0], "result_dense": bool(g.result_dense.all())})
+    return pd.DataFrame(rows).set_index(["density", "algorithm"])
 
+
+def plot_time_vs_density(df: pd.DataFrame) -> plt.Figure:
+    """Headline figure: allreduce time against density, per algorithm (mean and min-max over seeds)."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
     for algo, g in df.groupby("algorithm", sort=False):
         agg = g.groupby("density").time_s.agg(["mean", "min", "max"])

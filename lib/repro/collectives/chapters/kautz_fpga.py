@@ -1,4 +1,4 @@
-"""Drivers and plots of the ``kautz-fpga`` chapter: Kautz ``K(d, 2)`` against a Dragonfly.
+"""Driver of the ``kautz-fpga`` chapter: switchless Kautz ``K(d, 2)`` networks of FPGAs against a Dragonfly.
 
 :func:`kautz_sweep` simulates (SimGrid) the multi-port allreduce on the
 switchless ``K(d, 2)`` and MPI's classic allreduce algorithms on a switched
@@ -8,27 +8,32 @@ ranks on the Dragonfly's hosts (a batch scheduler's scattered allocation; seed
 ``0`` is the contiguous placement).  The ring baselines (a Hamiltonian ring on
 the Kautz network, a contiguous ring on the Dragonfly) are contention-free, so
 their time is computed from the platform's route latencies (see
-:func:`contention_free_time`) instead of a long simulation.
+:func:`contention_free_time`) instead of a long simulation.  :func:`kautz_exactness`
+runs the three ``K(d, 2)`` schedules on a real MPI, :func:`claims` gives the
+values the ledger records, and :func:`plot_times` and :func:`plot_speedup`
+draw the headline figures.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
+import matplotlib.pyplot as plt
+import networkx as nx
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from repro.collectives import kautz_mp
 from repro.collectives.algorithms import build_schedule, closed_form_cost
 from repro.collectives.dragonfly import dragonfly, with_endpoint_overhead
-from repro.collectives.ir import Schedule, messages
-from repro.collectives.platforms import Platform, kautz
 from repro.collectives.executors.mpi_worker import KAUTZ_CASES, launch_worker
 from repro.collectives.executors.simgrid import simulate
-
-ITEMSIZE = 4  # float32 gradients
+from repro.collectives.ir import Schedule, messages
+from repro.collectives.platforms import Platform, kautz
+from repro.collectives.sweep import ELEMENT_BYTES
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,47 @@ def contention_free_time(schedule: Schedule, platform: Platform, placement: list
     return float(sum(worst.values()))
 
 
+@dataclass(frozen=True)
+class SimulationJob:
+    """One SimGrid run of the sweep and the row it completes.
+
+    Attributes
+    ----------
+    network, algorithm:
+        Row labels (``"Kautz"``/``"Dragonfly"``, the algorithm's name in the figures).
+    nbytes:
+        Allreduce vector size in bytes.
+    seed:
+        Dragonfly placement seed (``-1`` on the Kautz network, whose placement is fixed).
+    model_s:
+        Alpha-beta closed-form time of the point.
+    schedule, platform:
+        What to simulate, and where.
+    placement:
+        Host of every rank (``None``: rank ``r`` on host ``r``).
+    """
+
+    network: str
+    algorithm: str
+    nbytes: int
+    seed: int
+    model_s: float
+    schedule: Schedule
+    platform: Platform
+    placement: tuple[int, ...] | None = None
+
+    def row(self, time_s: float) -> dict[str, Any]:
+        """The sweep's row of this job with its simulated time."""
+        return dict(network=self.network, algorithm=self.algorithm, bytes=self.nbytes, seed=self.seed,
+                    model_s=self.model_s, how="simgrid", time_s=time_s)
+
+
+def run_job(job: SimulationJob) -> dict[str, Any]:
+    """Simulate one job and return its row."""
+    res = simulate(job.schedule, job.platform, ELEMENT_BYTES, placement=job.placement)
+    return job.row(res.time)
+
+
 def dragonfly_placement(p: int, seed: int) -> list[int]:
     """Ranks' hosts on the Dragonfly: contiguous for seed 0, a seeded random permutation otherwise."""
     if seed == 0:
@@ -137,8 +183,8 @@ def kautz_sweep(setup: NetworkSetup, sizes: list[int], seeds: list[int],
         Columns ``network, algorithm, bytes, seed, time_s, model_s, how``
         (``how``: ``simgrid`` or ``contention-free``).
     """
-    if not sizes or min(sizes) < ITEMSIZE:
-        raise ValueError(f"sizes must be >= {ITEMSIZE} bytes, got {sizes}")
+    if not sizes or min(sizes) < ELEMENT_BYTES:
+        raise ValueError(f"sizes must be >= {ELEMENT_BYTES} bytes, got {sizes}")
     if not seeds:
         raise ValueError("seeds must not be empty")
     if workers < 1:
@@ -150,36 +196,27 @@ def kautz_sweep(setup: NetworkSetup, sizes: list[int], seeds: list[int],
     diam_df = max(dpf.route_latency(i, j) for i, j in dpf.routes)
     ring_order = kautz_mp.hamiltonian_ring_order(d)
     rows = []
-    jobs = []  # (row without time, schedule, platform, placement)
+    jobs: list[SimulationJob] = []
     for nbytes in sizes:
-        n = nbytes // ITEMSIZE
-        jobs.append((dict(network="Kautz", algorithm="multi-port", bytes=nbytes, seed=-1,
-                          model_s=kautz_mp.kautz_allreduce_cost(d, nbytes, alpha_k, beta), how="simgrid"),
-                     kautz_mp.kautz_allreduce(d, n), kpf, None))
+        n = nbytes // ELEMENT_BYTES
+        jobs.append(SimulationJob("Kautz", "multi-port", nbytes, -1,
+                                  kautz_mp.kautz_allreduce_cost(d, nbytes, alpha_k, beta),
+                                  kautz_mp.kautz_allreduce(d, n), kpf))
         ring = build_schedule("ring", p, n)
         rows.append(dict(network="Kautz", algorithm="single-port ring", bytes=nbytes, seed=-1,
-                         time_s=contention_free_time(ring, kpf, ring_order, ITEMSIZE),
+                         time_s=contention_free_time(ring, kpf, ring_order, ELEMENT_BYTES),
                          model_s=closed_form_cost("ring", p, nbytes, alpha_k, beta), how="contention-free"))
         rows.append(dict(network="Dragonfly", algorithm="ring (contiguous)", bytes=nbytes, seed=-1,
-                         time_s=contention_free_time(ring, dpf, list(range(p)), ITEMSIZE),
+                         time_s=contention_free_time(ring, dpf, list(range(p)), ELEMENT_BYTES),
                          model_s=closed_form_cost("ring", p, nbytes, diam_df, beta), how="contention-free"))
         for algo in dragonfly_algorithms:
             sch = build_schedule(algo, p, n)
             model = closed_form_cost(algo, p, nbytes, diam_df, beta)
             for seed in seeds:
-                jobs.append((dict(network="Dragonfly", algorithm=algo, bytes=nbytes, seed=seed, model_s=model,
-                                  how="simgrid"), sch, dpf, dragonfly_placement(p, seed)))
-    bar = tqdm(total=len(jobs), desc="simulations", disable=not progress)
-
-    def run(job):
-        row, sch, pf, place = job
-        res = simulate(sch, pf, ITEMSIZE, placement=place)
-        bar.update()
-        return {**row, "time_s": res.time}
-
+                jobs.append(SimulationJob("Dragonfly", algo, nbytes, seed, model, sch, dpf,
+                                          tuple(dragonfly_placement(p, seed))))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        rows += list(pool.map(run, jobs))
-    bar.close()
+        rows += list(tqdm(pool.map(run_job, jobs), total=len(jobs), desc="simulations", disable=not progress))
     cols = ["network", "algorithm", "bytes", "seed", "time_s", "model_s", "how"]
     return pd.DataFrame(rows)[cols].sort_values(["bytes", "network", "algorithm", "seed"], kind="stable",
                                                 ignore_index=True)
@@ -212,8 +249,6 @@ def structure_checks(d: int) -> dict[str, float]:
     mapping uses, and whether it is collision-free (no output port of an AWG
     receives one wavelength twice, no input port sends one wavelength twice).
     """
-    import networkx as nx
-
     g = kautz_mp.kautz_digraph(d)
     wmap = kautz_mp.awg_wavelength_map(d)
     inputs = {(awg, u, wl) for (u, _), (awg, wl) in wmap.items()}
@@ -226,8 +261,8 @@ def structure_checks(d: int) -> dict[str, float]:
             "collision_free": float(len(inputs) == len(outputs) == len(wmap))}
 
 
-def kautz_claims(sp: pd.DataFrame, structure: dict[str, float], d: int) -> dict[str, list[float]]:
-    """Per-seed values of every claim of the chapter (see ``collectives_b.yaml``)."""
+def claims(sp: pd.DataFrame, structure: dict[str, float], d: int) -> dict[str, list[float]]:
+    """Per-seed values of every claim of the chapter (see ``chapters/kautz-fpga.yaml``)."""
     seeds = sorted(sp.seed.unique())
     smallest = sp.bytes.min()
     largest = sp.bytes.max()
@@ -246,10 +281,8 @@ def kautz_claims(sp: pd.DataFrame, structure: dict[str, float], d: int) -> dict[
     }
 
 
-def plot_times(df: pd.DataFrame):
+def plot_times(df: pd.DataFrame) -> plt.Figure:
     """Headline figure: allreduce time against message size, per network and algorithm."""
-    import matplotlib.pyplot as plt
-
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
     for (net, algo), g in df.groupby(["network", "algorithm"], sort=False):
         agg = g.groupby("bytes").time_s.agg(["mean", "min", "max"])
@@ -272,10 +305,8 @@ def plot_times(df: pd.DataFrame):
     return fig
 
 
-def plot_speedup(sp: pd.DataFrame, paper_value: float | None):
+def plot_speedup(sp: pd.DataFrame, paper_value: float | None) -> plt.Figure:
     """Speedup of the Kautz multi-port allreduce over the best Dragonfly algorithm, per size."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6, 3.6))
     agg = sp.groupby("bytes").speedup.agg(["mean", "min", "max"])
     ax.plot(agg.index, agg["mean"], "-o", label="Kautz multi-port / best Dragonfly")
@@ -291,8 +322,8 @@ def plot_speedup(sp: pd.DataFrame, paper_value: float | None):
     return fig
 
 
-def mpi_exactness(degrees: list[int], seed: int = 0, lengths: tuple[int, ...] = (0, 1, 13, 1003),
-                  timeout: float = 120.0) -> pd.DataFrame:
+def kautz_exactness(degrees: list[int], seed: int = 0, lengths: tuple[int, ...] = (0, 1, 13, 1003),
+                    timeout: float = 120.0) -> pd.DataFrame:
     """Run the ``K(d, 2)`` schedules on real MPI (mpi4py over MPICH) against MPI's own collectives.
 
     One ``mpiexec -n d(d+1)`` launch per degree; each checks the allreduce,
@@ -301,14 +332,39 @@ def mpi_exactness(degrees: list[int], seed: int = 0, lengths: tuple[int, ...] = 
     Returns
     -------
     pandas.DataFrame
-        One row per (degree, schedule, length): ranks, steps and ``ok``.
+        One row per (degree, schedule, length): ranks, steps and ``equal_to_MPI``.
+
+    Raises
+    ------
+    ValueError
+        If a launch ran no case.
     """
     rows = []
     for d in degrees:
         rep = launch_worker("kautz", kautz_mp.kautz_size(d),
                             ["--cases", ";".join(KAUTZ_CASES), "--lengths", ",".join(map(str, lengths)),
                              "--seed", str(seed)], timeout=timeout)
+        if rep["n_cases"] == 0:
+            raise ValueError(f"no Kautz case ran on {rep['p']} ranks")
         for c in rep["cases"]:
             rows.append(dict(d=d, ranks=c["p"], schedule=c["case"], elements=c["n"], steps=c["steps"],
                              equal_to_MPI=c["ok"]))
+    return pd.DataFrame(rows)
+
+
+def route_links(platform: Platform) -> int:
+    """Most network links on one route (the two start-up pseudo-links of ``with_endpoint_overhead`` left out)."""
+    return max(len(r) for r in platform.routes.values()) - 2
+
+
+def speedup_table(sp: pd.DataFrame) -> pd.DataFrame:
+    """Per size: mean Kautz and best Dragonfly times (µs), the best Dragonfly algorithms, the speed-up
+    (mean, min, max over placements) and the multi-port gain over the single-port ring."""
+    rows = []
+    for nbytes, g in sp.groupby("bytes"):
+        rows.append({"bytes": nbytes, "kautz_us": 1e6 * g.kautz_s.mean(),
+                     "dragonfly_best_us": 1e6 * g.dragonfly_best_s.mean(),
+                     "best_dragonfly_algorithm": ", ".join(sorted(set(g.dragonfly_best))),
+                     "speedup_mean": g.speedup.mean(), "speedup_min": g.speedup.min(),
+                     "speedup_max": g.speedup.max(), "multiport_vs_ring": g.multiport_gain.mean()})
     return pd.DataFrame(rows)

@@ -12,12 +12,11 @@ import itertools
 
 import numpy as np
 import pytest
-
 from repro.collectives import fec
+from repro.collectives import npb_skeletons as N
+from repro.collectives.chapters.hamming_fec import LinkModel, acceptability, improvements, npb_sweep
 from repro.collectives.executors.simgrid import simgrid_available, simulate
 from repro.collectives.ir import validate
-from repro.collectives import npb_skeletons as N
-from repro.collectives.fec_experiments import LinkModel, acceptability, improvements, npb_sweep
 
 
 @pytest.mark.parametrize("secded", [False, True])

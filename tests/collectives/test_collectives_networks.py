@@ -1,25 +1,25 @@
-"""Part A of the collectives chapters: GPU-cluster and DLN platforms, the route-aware cost model,
-link energy, closed forms and the chapter drivers (multileader-allreduce, a2a-2dfc, dln-allreduce)."""
+"""GPU-cluster, DLN and fat-tree platforms, the route-aware cost model, link energy and the
+platform-level closed forms, checked against each other and against SimGrid."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
-import numpy as np
-import pandas as pd
 import pytest
-
 from repro.collectives import cost as cm
-from repro.collectives.algorithms import build_schedule, closed_form_cost
-from repro.collectives.congestion import (LinkPower, congestion_cost, link_bytes_on_platform, link_energy,
-                                          max_link_flows, step_link_flows)
-from repro.collectives.experiments import (a2a_claims, a2a_lower_bound, dln_claims, halving_doubling_closed_form,
-                                           hierarchical_closed_form, hop_profile, mpi_exactness, multileader_claims,
-                                           network_inventory, require)
-from repro.collectives.ir import link_bytes
-from repro.collectives.platforms import _loop_path, distributed_loop, fat_tree, gpu_cluster, loop_offsets
+from repro.collectives.algorithms import build_schedule
+from repro.collectives.congestion import (
+    LinkPower,
+    congestion_cost,
+    link_bytes_on_platform,
+    link_energy,
+    max_link_flows,
+    step_link_flows,
+)
+from repro.collectives.cost import halving_doubling_closed_form, hierarchical_closed_form
 from repro.collectives.executors.simgrid import simgrid_available, simulate
+from repro.collectives.platforms import distributed_loop, fat_tree, gpu_cluster, loop_offsets, loop_path
 
 GPU_KW = dict(nvlink_bandwidth=50e9, pcie_bandwidth=16e9, nic_bandwidth=12.5e9, nics_per_node=2)
 
@@ -95,31 +95,17 @@ def test_pipe_with_one_segment_moves_the_same_link_bytes() -> None:
 
 # ------------------------------------------------------------------ DLN
 @pytest.mark.parametrize("S", [2, 5, 8, 12, 16, 32])
-def test_loop_paths_use_chords_and_reach_the_target(S: int) -> None:
+def testloop_paths_use_chords_and_reach_the_target(S: int) -> None:
     """Every signed offset is a chord +-2^j (< S) and the offsets add up to the distance mod S;
     partners at distance 2^j take exactly one chord."""
     chords = set(loop_offsets(S))
     for t in range(S):
-        path = _loop_path(0, t, S)
+        path = loop_path(0, t, S)
         assert sum(path) % S == t
         assert all(abs(o) in chords for o in path)
         if t in chords or (S - t) in chords:
             assert len(path) == 1
-    assert len(_loop_path(0, 0, S)) == 0
-
-
-@pytest.mark.parametrize("S,p", [(4, 1), (8, 2), (8, 4), (16, 4), (4, 8)])
-def test_dln_fixed_path_length_and_mitigation(S: int, p: int) -> None:
-    """dln-allreduce invariants: for every halving-doubling step all partner pairs have the same route
-    length (2 links inside a switch, 3 across one chord); with p parallel chords no link carries two
-    flows of one step, with one chord the far steps put p flows on a link."""
-    P = S * p
-    for net, want in (("dln_mitigated", 1), ("dln", p)):
-        prof = hop_profile(P, p, net)
-        assert (prof.distinct_lengths == 1).all()
-        for row in prof.itertuples():
-            assert row.route_links == ([2] if row.distance < p else [3])
-            assert row.max_flows_per_link == (1 if row.distance < p else want)
+    assert len(loop_path(0, 0, S)) == 0
 
 
 def test_dln_rejects_bad_input() -> None:
@@ -151,16 +137,6 @@ def test_full_fat_tree_is_contention_free_for_halving_doubling() -> None:
     assert max_link_flows(build_schedule("rabenseifner", 64, 64), pf) == [1] * 12
 
 
-def test_network_inventory_counts_links() -> None:
-    """Switch-to-switch links: DLN S * (distinct chord neighbours) * copies; fat tree 2 * leaves * spines."""
-    inv = network_inventory(32, 4, ["dln", "dln_mitigated", "fat_tree", "fat_tree_tapered"]).set_index("network")
-    assert inv.loc["dln", "switches"] == 8 and inv.loc["dln", "switch-to-switch links"] == 8 * 5
-    assert inv.loc["dln_mitigated", "switch-to-switch links"] == 8 * 5 * 4
-    assert inv.loc["fat_tree", "switch-to-switch links"] == 2 * 8 * 4
-    assert inv.loc["fat_tree_tapered", "switch-to-switch links"] == 2 * 8 * 2
-    assert (inv["host links"] == 64).all()
-
-
 # ------------------------------------------------------------------ model and energy
 def test_congestion_cost_counts_shared_links() -> None:
     """Two flows through one link halve each one's bandwidth: a 1-to-2 fan-in on a tapered tree."""
@@ -185,48 +161,6 @@ def test_link_energy() -> None:
 
 
 # ------------------------------------------------------------------ a2a-2dfc
-@pytest.mark.parametrize("k", [2, 3, 4])
-def test_striped_2dfc_is_bandwidth_optimal(k: int) -> None:
-    """a2a-2dfc invariants: the multi-port lower bound is k m / B for a k x k grid, the striped closed
-    form reaches it at alpha = 0, and no directed link carries more than ceil(k m / 2) elements in a phase."""
-    m, B = 1000, 1e9
-    assert a2a_lower_bound(k, k, m, B) == pytest.approx(k * m / B)
-    assert closed_form_cost("2dfc", k * k, m, 0.0, 1 / B, rows=k) == pytest.approx(k * m / B)
-    sched = build_schedule("2dfc", k * k, m, rows=k)
-    for step in link_bytes(sched):
-        if step:
-            assert max(step.values()) == math.ceil(k * m / 2)
-
-
-def test_chapter_claim_functions() -> None:
-    """Claims are computed from the table: the 'existing' speed-up takes the fastest conventional
-    algorithm, reductions are percent of the baseline, DLN claims read the hop table."""
-    df = pd.DataFrame({"algorithm": ["2dfc:rows=2", "two_phase:rows=2", "linear", "pairwise", "bruck"] * 2,
-                       "nbytes": [1] * 5 + [2] * 5, "p": 4,
-                       "sim_s": [1.0, 2.0, 1.1, 5.0, 3.0, 2.0, 3.0, 2.0, np.nan, 8.0],
-                       "model_s": [9.0] * 8 + [9.0, 9.0]})  # pairwise not simulated at 2: its model time counts
-    got = a2a_claims(df, 2, ["pairwise", "bruck"])
-    assert got == {"speedup_vs_existing": [3.0, 4.0], "speedup_vs_topology_aware": [2.0, 1.5],
-                   "speedup_vs_direct": [1.1, 1.0]}
-    ml = pd.DataFrame({"nodes": [2] * 4, "nbytes": 8, "sim_s": [10.0, 6.0, 5.0, 4.5],
-                       "energy_J": [100.0, 70.0, 60.0, 55.0],
-                       "algorithm": ["ring", "lr_lr:k=4", "lr_rab:k=4", "lr_lr_pipe:k=4,segments=2"]})
-    claims = multileader_claims(ml, 4, [2])
-    assert claims["lr_lr_vs_lr"] == [pytest.approx(40.0)] and claims["lr_rab_vs_lr"] == [pytest.approx(50.0)]
-    assert claims["pipe_vs_lr_lr"] == [pytest.approx(25.0)] and claims["energy_lr_rab_vs_lr"] == [pytest.approx(40.0)]
-    hops = pd.concat([hop_profile(16, 4, net) for net in ("dln", "dln_mitigated")])
-    dl = pd.DataFrame({"algorithm": "rabenseifner", "p": 16, "nbytes": 8,
-                       "network": ["dln", "dln_mitigated", "fat_tree", "fat_tree_tapered"],
-                       "sim_s": [4.0, 1.0, 1.25, 2.0]})
-    assert dln_claims(dl, hops) == {"fixed_path_length": [1], "contention_free": [1],
-                                    "dln_vs_fat_tree": [pytest.approx(20.0)],
-                                    "dln_vs_tapered_fat_tree": [pytest.approx(50.0)]}
-
-
-def test_require_names_the_parameter() -> None:
-    require(True, "x", "fine")
-    with pytest.raises(ValueError, match="parameter 'sizes_mb'"):
-        require(False, "sizes_mb", "bad")
 
 
 # ------------------------------------------------------------------ engines
@@ -248,25 +182,3 @@ def test_simgrid_agrees_with_route_model_on_gpu_cluster_and_dln() -> None:
         assert simulate(sched, dln, 4).time == pytest.approx(congestion_cost(sched, dln, 4), rel=1e-3)
 
 
-def test_mpi_exactness_driver() -> None:
-    """The chapters' MPI driver runs the schedules on real MPI and every case equals MPI's own collective."""
-    got = mpi_exactness(["lr_lr:k=2", "2dfc:rows=2", "rabenseifner"], 4, [1, 7, 100], ["int64"], timeout=120)
-    assert len(got) == 9 and got["equal to MPI"].all()
-    assert set(got.algorithm) == {"lr_lr:k=2", "2dfc:rows=2", "rabenseifner"}
-
-
-def test_sweeps_simulate_only_what_is_asked() -> None:
-    """The chapter sweeps flag SimGrid runs exactly as their parameters say (models run everywhere)."""
-    from repro.collectives.experiments import a2a_points, dln_points, multileader_points
-
-    pts = a2a_points(4, 4, [1.0, 2.0], ["2dfc", "two_phase", "pairwise"], 1e9, 1e-6, model_only=["pairwise"])
-    assert [(p.spec, p.nbytes, p.simulate) for p in pts] == [
-        ("2dfc:rows=4", 1024, True), ("2dfc:rows=4", 2048, True), ("two_phase:rows=4", 1024, True),
-        ("two_phase:rows=4", 2048, True), ("pairwise", 1024, False), ("pairwise", 2048, False)]
-    pts = dln_points([8, 16], 4, [1.0, 2.0], ["dln", "fat_tree"], [8], 1e9, 1e-6, 0.0, sim_sizes_mb=[2.0])
-    assert len(pts) == 2 * (2 + 1) * 2
-    assert {(p.spec, p.p, p.nbytes) for p in pts if p.simulate} == {
-        ("rabenseifner", 8, 2 * 2**20), ("rabenseifner", 16, 2 * 2**20), ("ring", 8, 2 * 2**20)}
-    pts = multileader_points([2], 4, [1.0, 4.0], [4.0], [2], ["ring"])
-    assert [p.spec for p in pts if p.simulate] == ["ring", "lr_lr:k=4", "lr_rab:k=4", "lr_lr_pipe:k=4,segments=2"]
-    assert all(p.p == 8 for p in pts)

@@ -1,0 +1,114 @@
+"""Driver of the ``dln-allreduce`` chapter: halving-doubling allreduce on a distributed loop network.
+
+:func:`platform` describes one of :data:`NETWORKS` (the DLN with one or
+parallel chord links, a full-bisection and a 2:1 tapered fat tree),
+:func:`points` builds the sweep, :func:`hop_profile` measures the route
+lengths and link sharing of every halving step, :func:`network_inventory`
+counts the hardware, and :func:`claims` turns the tables into the values the
+ledger records.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from repro.collectives.algorithms import build_schedule
+from repro.collectives.congestion import max_link_flows
+from repro.collectives.sweep import MiB, PlatformKey, Point, build_platform, platform_key
+
+NETWORKS = ("dln", "dln_mitigated", "fat_tree", "fat_tree_tapered")
+
+
+def platform(network: str, p: int, hosts_per_switch: int, bandwidth: float, latency: float,
+             switch_latency: float) -> PlatformKey:
+    """Platform key of one of :data:`NETWORKS` with ``p`` hosts.
+
+    ``dln``: one link per chord; ``dln_mitigated``: ``hosts_per_switch``
+    parallel links per chord; ``fat_tree``: two levels, leaves of
+    ``hosts_per_switch`` hosts, as many spines (full bisection);
+    ``fat_tree_tapered``: half the spines (2:1).  Link latencies include
+    ``switch_latency`` per switch (added to the host-link latency of the
+    fat tree's four-link routes, once per switch crossed).
+    """
+    g = hosts_per_switch
+    if p % g:
+        raise ValueError(f"hosts_per_switch={g} must divide nodes={p}")
+    if network in ("dln", "dln_mitigated"):
+        return platform_key("distributed_loop", switches=p // g, hosts_per_switch=g, bandwidth=bandwidth,
+                            latency=latency, chord_copies=g if network == "dln_mitigated" else 1,
+                            switch_latency=switch_latency)
+    if network in ("fat_tree", "fat_tree_tapered"):
+        spines = g if network == "fat_tree" else max(g // 2, 1)
+        return platform_key("fat_tree", p=p, hosts_per_leaf=g, spines=spines, bandwidth=bandwidth,
+                            latency=latency + switch_latency)
+    raise ValueError(f"unknown network {network!r}; known: {NETWORKS}")
+
+
+def points(nodes: Sequence[int], hosts_per_switch: int, sizes_mb: Sequence[float],
+           networks: Sequence[str], ring_nodes: Sequence[int], bandwidth: float, latency: float,
+           switch_latency: float, sim_sizes_mb: Sequence[float] | None = None) -> list[Point]:
+    """Points of the chapter: halving-doubling on every network, plus ring on the full fat tree.
+
+    SimGrid runs at ``sim_sizes_mb`` (default: every size), the alpha-beta
+    models at every size.  The ring reference is simulated only at
+    ``ring_nodes`` (its ``2(p-1)`` steps are slow to simulate).
+    """
+    sim_sizes = set(sizes_mb if sim_sizes_mb is None else sim_sizes_mb)
+    pts = []
+    for p in nodes:
+        for net in networks:
+            key = platform(net, p, hosts_per_switch, bandwidth, latency, switch_latency)
+            for mb in sizes_mb:
+                pts.append(Point(key, "rabenseifner", p, int(mb * MiB), mb in sim_sizes, (("network", net),)))
+        key = platform("fat_tree", p, hosts_per_switch, bandwidth, latency, switch_latency)
+        for mb in sizes_mb:
+            pts.append(Point(key, "ring", p, int(mb * MiB), p in ring_nodes and mb in sim_sizes,
+                             (("network", "fat_tree"),)))
+    return pts
+
+
+def hop_profile(p: int, hosts_per_switch: int, network: str, bandwidth: float = 1e10, latency: float = 1e-6,
+                switch_latency: float = 0.0) -> pd.DataFrame:
+    """Per halving step: partner distance, the distinct route lengths (links) of all partner pairs,
+    and the most flows sharing one link, on ``network``."""
+    pf = build_platform(platform(network, p, hosts_per_switch, bandwidth, latency, switch_latency))
+    sched = build_schedule("rabenseifner", p, p)
+    flows = max_link_flows(sched, pf)
+    rows: list[dict[str, Any]] = []
+    for s in range(int(math.log2(p))):
+        dist = p >> (s + 1)
+        lengths = sorted({pf.hops(r, r ^ dist) for r in range(p)})
+        rows.append({"network": network, "p": p, "step": s, "distance": dist,
+                     "route_links": lengths, "distinct_lengths": len(lengths), "max_flows_per_link": flows[s]})
+    return pd.DataFrame(rows)
+
+
+def claims(df: pd.DataFrame, hops: pd.DataFrame) -> dict[str, list[float]]:
+    """Per-node-count values of the chapter's claims (largest size; times from SimGrid)."""
+    hd = df[(df.algorithm == "rabenseifner") & np.isfinite(df.sim_s)]
+    big = hd[hd.nbytes == hd.nbytes.max()]
+    piv = big.pivot_table(index="p", columns="network", values="sim_s")
+    dln = hops[hops.network == "dln_mitigated"]
+    return {
+        "fixed_path_length": dln.groupby("p").distinct_lengths.max().tolist(),
+        "contention_free": dln.groupby("p").max_flows_per_link.max().tolist(),
+        "dln_vs_fat_tree": (100 * (1 - piv["dln_mitigated"] / piv["fat_tree"])).tolist(),
+        "dln_vs_tapered_fat_tree": (100 * (1 - piv["dln_mitigated"] / piv["fat_tree_tapered"])).tolist(),
+    }
+
+
+def network_inventory(p: int, hosts_per_switch: int, networks: Sequence[str]) -> pd.DataFrame:
+    """Switches and directed links of each network with ``p`` hosts (hardware cost at a glance)."""
+    rows = []
+    for net in networks:
+        pf = build_platform(platform(net, p, hosts_per_switch, 1e10, 1e-6, 0.0))
+        names = [n for n, link in pf.links.items() if link.sharing != "FATPIPE"]
+        host_links = [n for n in names if n.startswith("h") or "->h" in n]
+        switches = {part for n in names for part in n.split("#")[0].split("->") if not part.startswith("h")}
+        rows.append({"network": net, "hosts": p, "switches": len(switches), "host links": len(host_links),
+                     "switch-to-switch links": len(names) - len(host_links)})
+    return pd.DataFrame(rows)
