@@ -4,6 +4,9 @@
   blocked (AoSoA) layouts, zero padding, privatised serial/parallel centroid
   reductions, a scikit-learn reference step and an mpi4py Allreduce step
   (chapter ``kmeans-phi``).
+* :mod:`repro.misc.realtime` -- component/activity models turned into networkx
+  precedence DAGs, chain-cover thread synthesis (Dilworth), the Graham bound
+  and a simpy multiprocessor scheduler simulation (chapter ``component-embedded``).
 
 Chapter drivers live in :mod:`repro.misc.chapters`.
 """

@@ -1,0 +1,225 @@
+"""Chapter ``component-embedded``: from component models to a multithreaded design and its analysis.
+
+:func:`analyse_system` turns one component model into the three thread
+designs of :mod:`repro.misc.realtime`, bounds each design's response time on
+``m`` processors with the Graham bound and simulates it with simpy (WCETs, and
+``instances`` draws of shorter actual execution times).  :func:`sweep` does
+this for random layered models (one job per seed and model, spread over
+processes); :func:`schedulability` turns the results into schedulability
+ratios against utilisation; :func:`claims` computes the chapter's claims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from repro.misc import realtime as rt
+from repro.parallel import parallel_map
+
+LINESTYLE = {"simulation": "-", "analysis": "--"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How random component models are drawn.
+
+    Attributes
+    ----------
+    actions
+        ``(low, high)`` number of actions (inclusive).
+    components
+        ``(low, high)`` number of components.
+    edge_prob
+        Extra-edge probability between consecutive layers.
+    loop_share
+        Share of actions that are loops with independent iterations.
+    loop_chunks
+        Chunks each loop is split into.
+    """
+
+    actions: tuple[int, int]
+    components: tuple[int, int]
+    edge_prob: float
+    loop_share: float
+    loop_chunks: int
+
+
+@dataclass(frozen=True)
+class AnalysisJob:
+    """One random model to analyse: its seed and index, the model spec and the simulation settings."""
+
+    seed: int
+    index: int
+    spec: ModelSpec
+    processors: tuple[int, ...]
+    instances: int
+    low_fraction: float
+
+
+@dataclass(frozen=True)
+class DesignResult:
+    """One design of one model on ``m`` processors.
+
+    Attributes
+    ----------
+    seed, model, m, design
+        Which run.
+    actions, threads, width
+        Nodes of the precedence DAG, threads of the design, largest antichain of the DAG.
+    volume, critical_path
+        ``C`` of the DAG and ``L`` of the design's graph.
+    bound
+        Graham bound of the design.
+    sim_wcet
+        Simulated response time with every action at its WCET.
+    sim_max
+        Largest simulated response time over the WCET run and the random-execution-time instances.
+    """
+
+    seed: int
+    model: int
+    m: int
+    design: str
+    actions: int
+    threads: int
+    width: int
+    volume: float
+    critical_path: float
+    bound: float
+    sim_wcet: float
+    sim_max: float
+
+
+def analyse_system(system: rt.System, seed: int, model: int, processors: tuple[int, ...], loop_chunks: int,
+                   instances: int, low_fraction: float) -> list[DesignResult]:
+    """Every design of ``system`` on every processor count: bound and simulated response times."""
+    g = rt.precedence_graph(system, loop_chunks)
+    w = rt.width(g)
+    rng = np.random.default_rng([seed, model, 7])
+    draws = [rt.random_exec_times(g, low_fraction, rng) for _ in range(instances)]
+    out = []
+    for name in rt.DESIGNS:
+        design = rt.thread_design(g, name)
+        length = rt.critical_path(design.graph)
+        for m in processors:
+            wcet_run = rt.simulate(design.graph, m).makespan
+            worst = max([wcet_run] + [rt.simulate(design.graph, m, d).makespan for d in draws])
+            out.append(DesignResult(seed, model, m, name, g.number_of_nodes(), len(design.threads), w, rt.volume(g),
+                                    length, rt.graham_bound(design.graph, m), wcet_run, worst))
+    return out
+
+
+def _analyse_job(job: AnalysisJob) -> list[DesignResult]:
+    rng = np.random.default_rng([job.seed, job.index])
+    n = int(rng.integers(job.spec.actions[0], job.spec.actions[1] + 1))
+    comps = int(rng.integers(job.spec.components[0], job.spec.components[1] + 1))
+    layers = int(rng.integers(max(comps, 4), max(comps, 4) + 8))
+    system = rt.random_system(n, comps, min(layers, n), job.spec.edge_prob, job.spec.loop_share, rng)
+    return analyse_system(system, job.seed, job.index, job.processors, job.spec.loop_chunks, job.instances,
+                          job.low_fraction)
+
+
+def sweep(spec: ModelSpec, seeds: list[int], n_models: int, processors: list[int], instances: int,
+          low_fraction: float, workers: int = 1) -> pd.DataFrame:
+    """Analyse ``n_models`` random models per seed; one row per model, design and processor count."""
+    jobs = [AnalysisJob(s, i, spec, tuple(processors), instances, low_fraction) for s in seeds for i in range(n_models)]
+    rows = [r for res in parallel_map(_analyse_job, jobs, workers=workers, desc="models") for r in res]
+    return pd.DataFrame([r.__dict__ for r in rows])
+
+
+def schedulability(results: pd.DataFrame, utilisations: list[float]) -> pd.DataFrame:
+    """Schedulable share of models per seed, design, ``m``, utilisation and method (analysis or simulation).
+
+    A model at utilisation ``U`` on ``m`` processors has period and deadline
+    ``T = C / (m U)``; it is schedulable by analysis if the Graham bound is at
+    most ``T``, by simulation if every simulated response time is.
+    """
+    rows = []
+    for u in utilisations:
+        deadline = results.volume / (results.m * u)
+        for method, col in (("analysis", "bound"), ("simulation", "sim_max")):
+            ok = results.assign(ok=(results[col] <= deadline * (1 + 1e-12)).astype(float))
+            for (seed, design, m), grp in ok.groupby(["seed", "design", "m"]):
+                rows.append({"seed": seed, "design": design, "m": m, "utilisation": u, "method": method,
+                             "ratio": float(grp.ok.mean())})
+    return pd.DataFrame(rows)
+
+
+def case_study(name: str, processors: list[int], loop_chunks: int, seeds: list[int], instances: int,
+               low_fraction: float) -> pd.DataFrame:
+    """The hand-built case study analysed for every seed (seeds vary the actual execution times)."""
+    rows = []
+    for s in seeds:
+        rows += analyse_system(rt.CASE_STUDIES[name](), s, 0, tuple(processors), loop_chunks, instances, low_fraction)
+    return pd.DataFrame([r.__dict__ for r in rows])
+
+
+def claims(results: pd.DataFrame, sched: pd.DataFrame, case: pd.DataFrame, seeds: list[int]
+           ) -> dict[str, list[float]]:
+    """Per-seed values of the chapter's claims (see its registry file)."""
+    sim = sched[sched.method == "simulation"]
+
+    def gain(seed: int, other: str) -> float:
+        s = sim[sim.seed == seed]
+        return 100.0 * float(s[s.design == "chains"].ratio.mean() - s[s.design == other].ratio.mean())
+
+    chains = results[results.design == "chains"]
+    case_m = case.m.max()
+    case_chains = case[(case.design == "chains") & (case.m == case_m)]
+    both = pd.concat([results, case])
+    return {
+        "analysis_safe": [float((both[both.seed == s].sim_max / both[both.seed == s].bound).max() - 1.0) for s in seeds],
+        "sim_gain_vs_per_component": [gain(s, "per_component") for s in seeds],
+        "sim_gain_vs_sequential": [gain(s, "sequential") for s in seeds],
+        "bound_pessimism": [float(100.0 * ((chains[chains.seed == s].bound - chains[chains.seed == s].sim_wcet)
+                                           / chains[chains.seed == s].bound).mean()) for s in seeds],
+        "case_speedup": [float((case_chains[case_chains.seed == s].volume / case_chains[case_chains.seed == s].sim_max
+                                ).iloc[0]) for s in seeds],
+    }
+
+
+def schedulability_figure(sched: pd.DataFrame) -> plt.Figure:
+    """Schedulable share against utilisation, one panel per processor count (solid: simulation, dashed: analysis)."""
+    ms = sorted(sched.m.unique())
+    fig, axes = plt.subplots(1, len(ms), figsize=(4 * len(ms), 3.4), sharey=True, squeeze=False)
+    colours = dict(zip(rt.DESIGNS, ("tab:grey", "tab:orange", "tab:blue")))
+    mean = sched.groupby(["design", "m", "utilisation", "method"]).ratio.mean().reset_index()
+    for ax, m in zip(axes[0], ms):
+        for (design, method), grp in mean[mean.m == m].groupby(["design", "method"]):
+            ax.plot(grp.utilisation, grp.ratio, LINESTYLE[method], color=colours[design], marker=".",
+                    label=f"{design} ({method})")
+        ax.set_title(f"m = {m} processors")
+        ax.set_xlabel("utilisation C / (m T)")
+    axes[0][0].set_ylabel("schedulable share of models")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def gantt_figure(system: rt.System, processors: int, loop_chunks: int) -> plt.Figure:
+    """Simulated schedule of the chain-based design (rows: threads), with the Graham bound marked."""
+    g = rt.precedence_graph(system, loop_chunks)
+    design = rt.thread_design(g, "chains")
+    sched = rt.simulate(design.graph, processors)
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(design.threads) + 1.5))
+    comps = sorted({g.nodes[v]["component"] for v in g})
+    cmap = plt.get_cmap("tab10")
+    for row, thread in enumerate(design.threads):
+        for v in thread:
+            c = comps.index(g.nodes[v]["component"])
+            ax.barh(row, sched.finish[v] - sched.start[v], left=sched.start[v], color=cmap(c % 10), edgecolor="k", lw=0.4)
+    ax.axvline(rt.graham_bound(design.graph, processors), color="tab:red", ls="--", label="Graham bound")
+    ax.axvline(rt.critical_path(g), color="k", ls=":", label="critical path L")
+    for c, name in enumerate(comps):
+        ax.barh(-10, 0, color=cmap(c % 10), label=name)
+    ax.set_ylim(-0.7, len(design.threads) - 0.3)
+    ax.set_yticks(range(len(design.threads)))
+    ax.set_yticklabels([f"thread {i}" for i in range(len(design.threads))], fontsize=7)
+    ax.set_xlabel("time (WCET units)")
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,353 @@
+"""Component models to multithreaded designs, Graham-bound analysis and a simpy scheduler simulation.
+
+A *system* is a set of components; each component's behaviour is an activity
+(a small stand-in for a UML activity diagram): actions with worst-case
+execution times (WCET), control/data-flow edges inside the component, and
+edges to actions of other components (required/provided interfaces).  An
+action may be a loop whose iterations are independent.
+
+From a system this module builds
+
+* the precedence DAG (:func:`precedence_graph`, ``networkx``), with
+  independent loops split into chunks (data parallelism);
+* three thread designs (:func:`thread_design`): ``sequential`` (one thread),
+  ``per_component`` (one thread per component) and ``chains`` (a minimum
+  chain cover of the DAG, i.e. as many threads as the DAG's widest antichain,
+  by Dilworth's theorem; computed as a maximum bipartite matching on the
+  transitive closure);
+* the Graham bound ``L + (C - L) / m`` on the response time of the design on
+  ``m`` processors under any work-conserving scheduler (:func:`graham_bound`),
+  where ``C`` is the total WCET and ``L`` the longest path of the design's
+  graph (the DAG plus each thread's order);
+* a discrete-event simulation (:func:`simulate`, ``simpy``) of the design on
+  ``m`` processors, ready actions served first come first served.
+
+A thread design is represented by the precedence DAG plus an edge between
+consecutive actions of each thread: a thread runs its actions in order, and an
+edge from another thread is a synchronisation (semaphore or message queue).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+import simpy
+
+DESIGNS = ("sequential", "per_component", "chains")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One action of an activity.
+
+    Attributes
+    ----------
+    name
+        Unique within its component.
+    wcet
+        Worst-case execution time of the whole action (all iterations).
+    iterations
+        Loop iterations; above 1 the iterations are independent and can be
+        split into chunks.
+    """
+
+    name: str
+    wcet: float
+    iterations: int = 1
+
+
+@dataclass(frozen=True)
+class Component:
+    """A component: its activity's actions and the control/data-flow edges between them."""
+
+    name: str
+    actions: tuple[Action, ...]
+    flows: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class System:
+    """Components and the edges between their actions (``"component.action"`` names).
+
+    Attributes
+    ----------
+    components
+        The components.
+    connections
+        Cross-component edges, e.g. ``("sensor.sample", "filter.fir")``.
+    """
+
+    components: tuple[Component, ...]
+    connections: tuple[tuple[str, str], ...] = ()
+
+
+def precedence_graph(system: System, loop_chunks: int = 1) -> nx.DiGraph:
+    """The system's precedence DAG.
+
+    Nodes are ``"component.action"`` (or ``"component.action#i"`` for chunk
+    ``i`` of a split loop) with attributes ``wcet`` and ``component``.  A loop
+    of ``n`` iterations becomes ``min(n, loop_chunks)`` chunks of nearly equal
+    iteration counts, each inheriting the loop's predecessors and successors.
+
+    Raises
+    ------
+    ValueError
+        If the edges form a cycle or name an unknown action.
+    """
+    g = nx.DiGraph()
+    chunks: dict[str, list[str]] = {}
+    for comp in system.components:
+        for a in comp.actions:
+            key = f"{comp.name}.{a.name}"
+            k = max(1, min(a.iterations, loop_chunks))
+            counts = np.diff(np.linspace(0, a.iterations, k + 1).round().astype(int)) if k > 1 else [a.iterations]
+            names = [key] if k == 1 else [f"{key}#{i}" for i in range(k)]
+            for nm, cnt in zip(names, counts):
+                g.add_node(nm, wcet=a.wcet * cnt / a.iterations, component=comp.name)
+            chunks[key] = names
+    edges = [(f"{c.name}.{u}", f"{c.name}.{v}") for c in system.components for u, v in c.flows]
+    for u, v in edges + list(system.connections):
+        if u not in chunks or v not in chunks:
+            raise ValueError(f"edge {u} -> {v} names an unknown action")
+        g.add_edges_from(itertools.product(chunks[u], chunks[v]))
+    if not nx.is_directed_acyclic_graph(g):
+        raise ValueError("the activity edges form a cycle")
+    return g
+
+
+def volume(g: nx.DiGraph) -> float:
+    """Total WCET ``C`` of the graph."""
+    return float(sum(w for _, w in g.nodes(data="wcet")))
+
+
+def critical_path(g: nx.DiGraph) -> float:
+    """Length ``L`` of the longest path, counting node WCETs."""
+    finish: dict[str, float] = {}
+    for v in nx.topological_sort(g):
+        finish[v] = g.nodes[v]["wcet"] + max((finish[u] for u in g.predecessors(v)), default=0.0)
+    return max(finish.values(), default=0.0)
+
+
+def topological_order(g: nx.DiGraph) -> list[str]:
+    """A deterministic topological order (ties by node name)."""
+    return list(nx.lexicographical_topological_sort(g))
+
+
+def minimum_chain_cover(g: nx.DiGraph) -> list[list[str]]:
+    """A minimum set of chains covering every node (consecutive nodes are comparable).
+
+    Maximum bipartite matching (Hopcroft-Karp) between "out" and "in" copies of
+    the nodes over the transitive closure; each unmatched "in" copy starts a
+    chain.  The number of chains equals the largest antichain (Dilworth).
+    """
+    closure = nx.transitive_closure_dag(g)
+    bip = nx.DiGraph()
+    left = [("out", v) for v in g]
+    bip.add_nodes_from(left)
+    bip.add_nodes_from(("in", v) for v in g)
+    bip.add_edges_from((("out", u), ("in", v)) for u, v in closure.edges)
+    match = nx.bipartite.hopcroft_karp_matching(bip.to_undirected(), top_nodes=left)
+    succ = {u: match[("out", u)][1] for u in g if ("out", u) in match}
+    has_pred = set(succ.values())
+    order = {v: i for i, v in enumerate(topological_order(g))}
+    chains = []
+    for v in sorted(g, key=order.get):
+        if v in has_pred:
+            continue
+        chain = [v]
+        while chain[-1] in succ:
+            chain.append(succ[chain[-1]])
+        chains.append(chain)
+    return chains
+
+
+def width(g: nx.DiGraph) -> int:
+    """Size of the largest antichain (the most actions that may run at once)."""
+    return len(minimum_chain_cover(g))
+
+
+@dataclass(frozen=True)
+class ThreadDesign:
+    """A multithreaded design of a system.
+
+    Attributes
+    ----------
+    name
+        ``sequential``, ``per_component`` or ``chains``.
+    threads
+        Each thread's actions, in execution order.
+    graph
+        The precedence DAG plus an edge between consecutive actions of each thread.
+    """
+
+    name: str
+    threads: tuple[tuple[str, ...], ...]
+    graph: nx.DiGraph = field(compare=False)
+
+    @property
+    def synchronisations(self) -> int:
+        """Precedence edges between actions of different threads (semaphores or queues)."""
+        where = {v: i for i, t in enumerate(self.threads) for v in t}
+        return sum(1 for u, v in self.graph.edges if where[u] != where[v])
+
+
+def thread_design(g: nx.DiGraph, design: str) -> ThreadDesign:
+    """Build one of the :data:`DESIGNS` for the precedence DAG ``g``."""
+    order = topological_order(g)
+    if design == "sequential":
+        threads = [order]
+    elif design == "per_component":
+        comps = dict.fromkeys(g.nodes[v]["component"] for v in order)
+        threads = [[v for v in order if g.nodes[v]["component"] == c] for c in comps]
+    elif design == "chains":
+        threads = minimum_chain_cover(g)
+    else:
+        raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
+    h = g.copy()
+    for t in threads:
+        h.add_edges_from(zip(t[:-1], t[1:]))
+    return ThreadDesign(design, tuple(tuple(t) for t in threads), h)
+
+
+def graham_bound(g: nx.DiGraph, processors: int) -> float:
+    """``L + (C - L) / m``: an upper bound on the makespan of any work-conserving schedule of ``g``."""
+    c, length = volume(g), critical_path(g)
+    return length + (c - length) / processors
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A simulated run: start and finish time of every action, and the makespan (response time)."""
+
+    start: dict[str, float]
+    finish: dict[str, float]
+    makespan: float
+
+
+def simulate(g: nx.DiGraph, processors: int, exec_times: dict[str, float] | None = None) -> Schedule:
+    """Run the DAG ``g`` on ``processors`` identical processors in a simpy simulation.
+
+    Each action waits for all its predecessors, then queues for a processor
+    (first come, first served; a ``simpy.Resource`` never idles while a
+    request waits, so the schedule is work-conserving) and runs
+    non-preemptively for its execution time.
+
+    Parameters
+    ----------
+    g
+        A precedence DAG (or a thread design's graph).
+    processors
+        ``m``.
+    exec_times
+        Actual execution times (default: the WCETs).
+
+    Returns
+    -------
+    Schedule
+    """
+    env = simpy.Environment()
+    cpus = simpy.Resource(env, capacity=processors)
+    done = {v: env.event() for v in g}
+    start: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    times = exec_times or {v: g.nodes[v]["wcet"] for v in g}
+
+    def run(v: str):
+        yield env.all_of([done[u] for u in g.predecessors(v)])
+        with cpus.request() as req:
+            yield req
+            start[v] = env.now
+            yield env.timeout(times[v])
+        finish[v] = env.now
+        done[v].succeed()
+
+    for v in topological_order(g):
+        env.process(run(v))
+    env.run()
+    return Schedule(start, finish, max(finish.values(), default=0.0))
+
+
+def random_exec_times(g: nx.DiGraph, low_fraction: float, rng: np.random.Generator) -> dict[str, float]:
+    """Actual execution times drawn uniformly in ``[low_fraction, 1] x WCET``."""
+    return {v: g.nodes[v]["wcet"] * rng.uniform(low_fraction, 1.0) for v in topological_order(g)}
+
+
+def random_system(n_actions: int, n_components: int, layers: int, edge_prob: float, loop_share: float,
+                  rng: np.random.Generator) -> System:
+    """A random layered component model.
+
+    ``n_actions`` actions are spread over ``layers`` layers; each action of a
+    layer gets at least one predecessor in the layer before and every other
+    one with probability ``edge_prob``.  Components are blocks of consecutive
+    layers (a pipeline of components, each with internal parallelism).  WCETs
+    are log-uniform in [1, 100]; a share ``loop_share`` of the actions are
+    loops of 4-32 independent iterations.
+    """
+    if layers < n_components:
+        raise ValueError("need at least one layer per component")
+    sizes = np.bincount(rng.integers(0, layers, size=n_actions - layers), minlength=layers) + 1
+    layer_of = np.repeat(np.arange(layers), sizes)
+    comp_of_layer = np.minimum(np.arange(layers) * n_components // layers, n_components - 1)
+    names = [f"a{i}" for i in range(n_actions)]
+    wcet = np.exp(rng.uniform(0.0, math.log(100.0), size=n_actions))
+    iters = np.where(rng.random(n_actions) < loop_share, rng.integers(4, 33, size=n_actions), 1)
+    by_layer = [np.flatnonzero(layer_of == lay) for lay in range(layers)]
+    edges = []
+    for lay in range(1, layers):
+        prev = by_layer[lay - 1]
+        for v in by_layer[lay]:
+            preds = set(prev[rng.random(prev.size) < edge_prob]) | {int(rng.choice(prev))}
+            edges += [(int(u), int(v)) for u in sorted(preds)]
+    comps = []
+    for c in range(n_components):
+        members = [i for i in range(n_actions) if comp_of_layer[layer_of[i]] == c]
+        inner = tuple((names[u], names[v]) for u, v in edges if u in members and v in members)
+        comps.append(Component(f"c{c}", tuple(Action(names[i], float(wcet[i]), int(iters[i])) for i in members), inner))
+    comp_name = {i: f"c{comp_of_layer[layer_of[i]]}" for i in range(n_actions)}
+    cross = tuple((f"{comp_name[u]}.{names[u]}", f"{comp_name[v]}.{names[v]}") for u, v in edges
+                  if comp_name[u] != comp_name[v])
+    return System(tuple(comps), cross)
+
+
+def sensor_filter_controller() -> System:
+    """The toy case study: a sensor feeding a filter with a fork/join and a data-parallel loop, then a controller."""
+    sensor = Component("sensor", (Action("sample", 2.0), Action("timestamp", 1.0)), (("sample", "timestamp"),))
+    filt = Component("filter", (Action("split", 1.0), Action("fir", 12.0, iterations=8), Action("median", 6.0),
+                                Action("merge", 2.0)),
+                     (("split", "fir"), ("split", "median"), ("fir", "merge"), ("median", "merge")))
+    ctrl = Component("controller", (Action("estimate", 4.0), Action("log", 3.0), Action("actuate", 2.0)),
+                     (("estimate", "actuate"),))
+    return System((sensor, filt, ctrl), (("sensor.timestamp", "filter.split"), ("filter.merge", "controller.estimate"),
+                                         ("sensor.sample", "controller.log")))
+
+
+def jpeg_encoder() -> System:
+    """The hand-built case study: a JPEG-like encoder pipeline of five components.
+
+    WCETs are illustrative units (ours, not the paper's): colour conversion,
+    DCT and quantisation are loops over independent 8x8 blocks; entropy coding
+    is sequential.
+    """
+    cam = Component("camera", (Action("capture", 5.0), Action("debayer", 20.0, iterations=16)),
+                    (("capture", "debayer"),))
+    colour = Component("colour", (Action("rgb_to_ycc", 24.0, iterations=16), Action("subsample", 8.0, iterations=8)),
+                       (("rgb_to_ycc", "subsample"),))
+    dct = Component("transform", (Action("dct_luma", 48.0, iterations=32), Action("dct_chroma", 24.0, iterations=16),
+                                  Action("quant_luma", 12.0, iterations=32), Action("quant_chroma", 6.0, iterations=16)),
+                    (("dct_luma", "quant_luma"), ("dct_chroma", "quant_chroma")))
+    entropy = Component("entropy", (Action("zigzag", 6.0, iterations=8), Action("huffman", 30.0),
+                                    Action("stats", 4.0)),
+                        (("zigzag", "huffman"),))
+    out = Component("writer", (Action("header", 2.0), Action("write", 6.0)), (("header", "write"),))
+    return System((cam, colour, dct, entropy, out), (
+        ("camera.debayer", "colour.rgb_to_ycc"), ("colour.rgb_to_ycc", "transform.dct_luma"),
+        ("colour.subsample", "transform.dct_chroma"), ("transform.quant_luma", "entropy.zigzag"),
+        ("transform.quant_chroma", "entropy.zigzag"), ("transform.quant_luma", "entropy.stats"),
+        ("entropy.huffman", "writer.write"), ("camera.capture", "writer.header")))
+
+
+CASE_STUDIES = {"sensor_filter_controller": sensor_filter_controller, "jpeg_encoder": jpeg_encoder}
