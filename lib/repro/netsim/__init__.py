@@ -10,6 +10,8 @@ Core modules, used by every chapter of the family:
 - :mod:`repro.netsim.v2x`        ``ThreeTierV2X-v0``: per-task offloading over V2I, V2C and V2I+I2C paths.
 - :mod:`repro.netsim.heuristics` the non-learning baselines of both simulators, on the same environments.
 - :mod:`repro.netsim.qlearning`  tabular Q-learning (one table per agent or one shared table).
+- :mod:`repro.netsim.oppcomm_agents` training and evaluating agents on ``OppComm-v0`` (qlearn-offload,
+  fuzzy-qlearn).
 - :mod:`repro.netsim.dqn`        DQN from stable-baselines3, with queue-guided exploration.
 - :mod:`repro.netsim.figures`    figure helpers shared by two or more chapters.
 

@@ -1,0 +1,168 @@
+"""DQN agents from stable-baselines3, with an optional queue-guided exploration.
+
+:class:`GuidedDQN` is stable-baselines3's ``DQN`` whose exploratory actions are drawn from
+``softmax(-L_hat(a) / T)`` instead of uniformly, where ``L_hat`` is a latency estimate computed from the
+observation by a function the caller supplies (for ``ThreeTierV2X-v0``:
+:func:`repro.netsim.v2x.latencies_from_observation`).  With ``guide=None`` it is plain DQN.
+The warm-up steps before ``learning_starts`` stay uniform in both cases (stable-baselines3 samples them
+itself).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3 import DQN
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """Hyper-parameters of the DQN agent (stable-baselines3 names).
+
+    Parameters
+    ----------
+    hidden
+        Widths of the Q-network's hidden layers.
+    learning_rate, gamma, batch_size, buffer_size
+        Optimiser step, discount, minibatch and replay size.
+    learning_starts, train_freq, target_update_interval
+        Uniform warm-up steps, environment steps per gradient step, target-network period.
+    exploration_fraction, exploration_final_eps
+        Epsilon decays linearly from 1 to ``exploration_final_eps`` over this fraction of training.
+    temperature
+        Softmax temperature of guided exploration, in the units of the guide's estimate.
+    """
+
+    hidden: tuple[int, ...] = (64, 64)
+    learning_rate: float = 1e-3
+    gamma: float = 0.9
+    batch_size: int = 64
+    buffer_size: int = 50_000
+    learning_starts: int = 500
+    train_freq: int = 4
+    target_update_interval: int = 500
+    exploration_fraction: float = 0.3
+    exploration_final_eps: float = 0.05
+    temperature: float = 0.05
+
+
+class GuidedDQN(DQN):
+    """stable-baselines3 DQN with exploration guided by ``guide(obs) -> estimated cost per action``.
+
+    Parameters
+    ----------
+    *args, **kwargs
+        Passed to ``stable_baselines3.DQN``.
+    guide
+        Maps one observation to a cost estimate per action (lower is better); ``None`` keeps uniform
+        exploration.
+    temperature
+        Softmax temperature over the negated estimates.
+    """
+
+    def __init__(self, *args, guide: Callable[[np.ndarray], np.ndarray] | None = None, temperature: float = 0.05,
+                 **kwargs) -> None:
+        self.guide = guide
+        self.temperature = temperature
+        super().__init__(*args, **kwargs)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "guide"]
+
+    def predict(self, observation, state=None, episode_start=None, deterministic=False):
+        """Greedy action, or with probability ``exploration_rate`` a guided (or uniform) exploratory one."""
+        if self.guide is None:
+            return super().predict(observation, state, episode_start, deterministic)
+        if deterministic or np.random.rand() >= self.exploration_rate:
+            return self.policy.predict(observation, state, episode_start, deterministic)
+        batch = np.atleast_2d(observation)
+        actions = []
+        for obs in batch:
+            est = np.asarray(self.guide(obs), dtype=float)
+            logits = -(est - est.min()) / self.temperature
+            p = np.exp(logits) / np.exp(logits).sum()
+            actions.append(np.random.choice(len(p), p=p))
+        action = np.array(actions) if np.ndim(observation) > 1 else np.array(actions[0])
+        return action, state
+
+
+@dataclass(frozen=True)
+class TrainedDQN:
+    """A trained agent, the per-episode returns seen while training, and the wall time."""
+
+    model: GuidedDQN
+    episode_returns: tuple[float, ...]
+    episode_lengths: tuple[int, ...]
+    seconds: float
+
+
+class _EpisodeLog(gym.Wrapper):
+    """Records the return and length of every finished episode."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self._ret, self._len = 0.0, 0
+
+    def reset(self, **kwargs):
+        self._ret, self._len = 0.0, 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, r, term, trunc, info = self.env.step(action)
+        self._ret += r
+        self._len += 1
+        if term or trunc:
+            self.returns.append(self._ret)
+            self.lengths.append(self._len)
+        return obs, r, term, trunc, info
+
+
+def train_dqn(env: gym.Env, steps: int, seed: int, config: DQNConfig,
+              guide: Callable[[np.ndarray], np.ndarray] | None = None) -> TrainedDQN:
+    """Train a (guided) DQN for ``steps`` environment steps on ``env``, seeded.
+
+    Returns
+    -------
+    TrainedDQN
+        The model, the training episodes' returns and lengths, and the training wall time.
+    """
+    logged = _EpisodeLog(env)
+    model = GuidedDQN(
+        "MlpPolicy", logged, guide=guide, temperature=config.temperature, seed=seed, device="cpu", verbose=0,
+        learning_rate=config.learning_rate, gamma=config.gamma, batch_size=config.batch_size,
+        buffer_size=config.buffer_size, learning_starts=config.learning_starts, train_freq=config.train_freq,
+        target_update_interval=config.target_update_interval, exploration_fraction=config.exploration_fraction,
+        exploration_final_eps=config.exploration_final_eps,
+        policy_kwargs={"net_arch": list(config.hidden), "activation_fn": torch.nn.ReLU},
+    )
+    t = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return TrainedDQN(model, tuple(logged.returns), tuple(logged.lengths), time.perf_counter() - t)
+
+
+def greedy_actions(model: DQN, obs: np.ndarray) -> np.ndarray:
+    """The Q-network's greedy action for a batch of observations."""
+    with torch.no_grad():
+        q = model.q_net(torch.as_tensor(np.atleast_2d(obs), dtype=torch.float32))
+    return q.argmax(dim=1).numpy()
+
+
+def save(model: DQN, path: str | Path) -> Path:
+    """Save a model as stable-baselines3's zip archive; return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(path)
+    return path.with_suffix(".zip") if path.suffix != ".zip" else path
+
+
+def load(path: str | Path) -> DQN:
+    """Load a model written by :func:`save` (its exploration guide is not stored; it acts greedily)."""
+    return DQN.load(path, device="cpu")
