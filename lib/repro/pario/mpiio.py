@@ -71,14 +71,26 @@ def write_all(comm: Any, path: str, requests: Requests, data: np.ndarray,
         raise ValueError(f"data has {buf.size} bytes, requests select {requests.nbytes}")
     info = make_info(hints)
     fh = MPI.File.Open(comm, path, MPI.MODE_WRONLY | MPI.MODE_CREATE, info)
+    try:
+        collective_write(fh, requests, buf)
+    finally:
+        fh.Close()
+        info.Free()
+
+
+def collective_write(fh: Any, requests: Requests, data: np.ndarray) -> None:
+    """On an open file: set the hindexed view of ``requests`` and ``Write_at_all`` the bytes (collective)."""
+    from mpi4py import MPI
+
+    buf = np.ascontiguousarray(data, dtype=np.uint8)
+    if buf.size != requests.nbytes:
+        raise ValueError(f"data has {buf.size} bytes, requests select {requests.nbytes}")
     ftype = _with_view(fh, requests)
     try:
         fh.Write_at_all(0, [buf, buf.size, MPI.BYTE])
     finally:
-        fh.Close()
         if ftype != MPI.BYTE:
             ftype.Free()
-        info.Free()
 
 
 def read_all(comm: Any, path: str, requests: Requests, hints: Mapping[str, str | int] | None = None) -> np.ndarray:
