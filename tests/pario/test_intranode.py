@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from repro.pario import decomp as dc
 from repro.pario.intranode import IntraNodeLayout, ina_aggregators, ina_counts, merge_requests
 from repro.pario.mpi_worker import launch

@@ -53,7 +53,7 @@ class Slab:
         return self.count[0] * self.count[1]
 
     def index(self, origin: tuple[int, int] = (0, 0)) -> tuple[slice, slice]:
-        """numpy index of the slab in an array whose element ``[0, 0]`` is at ``origin``."""
+        """Numpy index of the slab in an array whose element ``[0, 0]`` is at ``origin``."""
         r, c = self.start[0] - origin[0], self.start[1] - origin[1]
         return slice(r, r + self.count[0]), slice(c, c + self.count[1])
 
@@ -136,7 +136,7 @@ def overlaps(var: Variable, slabs: list[Slab]) -> np.ndarray:
 
 
 def owner_keys(overlap: np.ndarray, rank: int, p: int, first_chunk: int = 0) -> np.ndarray:
-    """This rank's bid for every chunk: ``(overlap, rotating priority)`` pairs, ``n x 2`` int64.
+    """A rank's bid for every chunk: ``(overlap, rotating priority)`` pairs, ``n x 2`` int64.
 
     The lexicographic maximum over ranks picks the owner: the rank with the
     largest overlap; ties go to the rank whose priority ``(rank + chunk) mod p``

@@ -33,6 +33,7 @@ costs a table under a per-round endpoint model with an MPI queue-search term.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from repro.collectives.ir import Recv, Schedule, Send, Step

@@ -27,14 +27,23 @@ from typing import Any, Mapping
 import numpy as np
 
 from repro.pario import mpiio
-from repro.pario.chunked import (Slab, Variable, encode_header, header_bytes, layout, lexmax_pairs,
-                                 overlaps, owner_keys, owners_from_keys)
+from repro.pario.chunked import (
+    Slab,
+    Variable,
+    encode_header,
+    header_bytes,
+    layout,
+    lexmax_pairs,
+    overlaps,
+    owner_keys,
+    owners_from_keys,
+)
 from repro.pario.decomp import Requests
 
 
 @dataclass(frozen=True)
 class ChunkedTiming:
-    """This rank's seconds per phase, summed over rounds, and the number of rounds (collective writes)."""
+    """Seconds one rank spent per phase, summed over rounds, and the number of rounds (collective writes)."""
 
     owners_s: float
     exchange_s: float

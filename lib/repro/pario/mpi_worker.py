@@ -38,8 +38,8 @@ from repro.collectives.executors.launcher import run_mpi
 from repro.pario import mpiio
 from repro.pario.chunked import Variable, block_cyclic_slabs, read_table, read_variable, synthetic_field
 from repro.pario.decomp import DecompSpec, expected_file, payload
-from repro.pario.kernels import KernelSpec
 from repro.pario.intranode import IntraNodeLayout
+from repro.pario.kernels import KernelSpec
 from repro.pario.mpi_chunked import chunked_write, contiguous_requests
 from repro.pario.mpi_tam import tam_read, tam_write
 from repro.pario.mpi_twophase import two_phase_write

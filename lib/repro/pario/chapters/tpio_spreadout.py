@@ -25,8 +25,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from repro.pario.decomp import DecompSpec
-from repro.pario.exchange_sim import (DragonflyConstants, irregular_pattern, platform_for, simulate_kernel)
-from repro.pario.kernels import WINDOWED, EndpointModel, KernelSpec, round_loads, round_table
+from repro.pario.exchange_sim import DragonflyConstants, irregular_pattern, platform_for, simulate_kernel
+from repro.pario.kernels import EndpointModel, KernelSpec, round_loads, round_table
 from repro.pario.mpi_worker import launch
 from repro.pario.twophase import exchange_plan
 
