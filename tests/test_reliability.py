@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import stat
 import subprocess
@@ -25,36 +24,14 @@ from repro.results import Ledger
 REG = load_registry()
 
 
-@pytest.fixture()
-def data_root(root, tmp_path):
-    """A private repo root holding a copy of data/, data.dvc, its cached manifest and the params files."""
-    datasets.verify()  # the real data must be clean to start from
-    shutil.copytree(root / "data", tmp_path / "data")
-    shutil.copy(root / "data.dvc", tmp_path / "data.dvc")
-    h = datasets.recorded_hash(root)
-    cached = Path(".dvc") / "cache" / "files" / "md5" / h[:2] / h[2:]
-    (tmp_path / cached).parent.mkdir(parents=True)
-    shutil.copy(root / cached, tmp_path / cached)
-    shutil.copytree(root / "params", tmp_path / "params")
-    shutil.copytree(root / "notebooks", tmp_path / "notebooks")
-    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
-    return tmp_path
-
-
-def _corrupt(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
 def _cli(args: list[str], root: Path, **env) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "repro.cli", *args], cwd=root, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "REPRO_ROOT": str(root), "REPRO_OUTPUT_ROOT": str(root), **env})
 
 
-def test_repro_data_refuses_a_corrupted_file_and_leaves_data_dvc_alone(data_root):
+def test_repro_data_refuses_a_corrupted_file_and_leaves_data_dvc_alone(data_root, corrupt):
     before = (data_root / "data.dvc").read_text()
-    _corrupt(data_root / "data" / "fashion_mnist" / "test_y.npy")
+    corrupt(data_root / "data" / "fashion_mnist" / "test_y.npy")
     proc = _cli(["data"], data_root)
     assert proc.returncode == 1
     assert "data/fashion_mnist/test_y.npy" in proc.stderr and "dvc checkout --force data.dvc" in proc.stderr
@@ -67,22 +44,22 @@ def test_makefile_checks_data_before_dvc_add(root):
     assert lines.index("repro data") < next(i for i, line in enumerate(lines) if line.startswith("dvc add"))
 
 
-def test_run_refuses_corrupted_declared_data_before_the_kernel(data_root):
+def test_run_refuses_corrupted_declared_data_before_the_kernel(data_root, corrupt):
     ch = REG.get("fedlama")
     assert "fashion_mnist" in ch.datasets
-    _corrupt(data_root / "data" / "fashion_mnist" / "train_y.npy")
+    corrupt(data_root / "data" / "fashion_mnist" / "train_y.npy")
     t0 = time.monotonic()
     proc = _cli(["run", "fedlama", "--profile", "smoke"], data_root)
     assert proc.returncode == 2 and "dataset 'fashion_mnist'" in proc.stderr and "train_y.npy" in proc.stderr
     assert time.monotonic() - t0 < 60 and not (data_root / "results").exists()
 
 
-def test_input_fingerprint_includes_declared_data(data_root, monkeypatch):
+def test_input_fingerprint_includes_declared_data(data_root, monkeypatch, corrupt):
     monkeypatch.setenv("REPRO_ROOT", str(data_root))
     ch = REG.get("fedlama")
     values = params.resolve(ch, "smoke", root=data_root)
     before = runner.inputs_hash(ch, "smoke", values, data_root)
-    _corrupt(data_root / "data" / "fashion_mnist" / "test_x.npy")
+    corrupt(data_root / "data" / "fashion_mnist" / "test_x.npy")
     assert runner.inputs_hash(ch, "smoke", values, data_root) != before
 
 

@@ -8,6 +8,8 @@
 ``repro book [--profile P] [--course C] [--run]``
                                    assemble the book's sources (toc, chapters, scoreboard, status page),
                                    first running every chapter that is not fresh with ``--run``
+``repro bundle ID [--profile P] [--wheels]``
+                                   one archive that reruns a chapter on a machine with no network
 ``repro params ID [--profile P]``  a profile's values as YAML (``papermill ... -y "$(repro params ID)"``)
 ``repro data``                     build the datasets under ``data/`` and check them against ``data.dvc``
 """
@@ -21,6 +23,7 @@ import yaml
 
 from repro import params
 from repro.book import assemble, book_dir_for, course_registry, load_course
+from repro.bundle import write_bundle
 from repro.datasets import DataIntegrityError, build_all, verify
 from repro.dvcgen import write_dvc_yaml
 from repro.registry import load_registry
@@ -98,6 +101,17 @@ def _cmd_book(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bundle(args: argparse.Namespace) -> int:
+    try:
+        b = write_bundle(args.chapter, args.profile, wheels=args.wheels, out=args.out)
+    except (KeyError, params.ParameterError, DataIntegrityError, RuntimeError) as exc:
+        print(f"repro bundle: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 2
+    extra = f", {b.wheels} wheels" if args.wheels else " (no third-party wheels: the target needs the registries)"
+    print(f"wrote {b.archive}: {len(b.members)} files{extra}; unpack it and run `bash {b.chapter}/run.sh`")
+    return 0
+
+
 def _cmd_params(args: argparse.Namespace) -> int:
     try:
         values = params.resolve(load_registry().get(args.chapter), args.profile)
@@ -140,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--run", action="store_true", help="first run every chapter in the book that is not fresh")
     b.add_argument("-v", "--verbose", action="store_true", help="list every file written")
     b.set_defaults(fn=_cmd_book)
+    bu = sub.add_parser("bundle", help="write one archive that reruns a chapter offline")
+    bu.add_argument("chapter")
+    bu.add_argument("--profile", default="smoke", choices=params.PROFILES)
+    bu.add_argument("--wheels", action="store_true", help="pack every wheel of the lock for this platform")
+    bu.add_argument("--out", default=None, help="the archive's path (default build/bundles/<id>-<profile>.tar.gz)")
+    bu.set_defaults(fn=_cmd_bundle)
     pa = sub.add_parser("params", help="print a chapter's profile as YAML (for papermill -y)")
     pa.add_argument("chapter")
     pa.add_argument("--profile", default=params.DEFAULT_PROFILE, choices=params.PROFILES)
