@@ -129,7 +129,7 @@ def write_bundle(chapter_id: str, profile: str = "smoke", wheels: bool = False, 
         n_wheels = _stage(chapter, profile, root, stage, wheels)
         members = tuple(sorted(p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file()))
         partial = archive.with_name(archive.name + ".partial")
-        with tarfile.open(partial, "w:gz") as tar:
+        with tarfile.open(partial, "w:gz", compresslevel=1) as tar:  # wheels are compressed already
             tar.add(stage, arcname=chapter_id)
         partial.replace(archive)
     return Bundle(archive=archive, chapter=chapter_id, profile=profile, members=members, wheels=n_wheels)
