@@ -1,6 +1,8 @@
-"""The drivers of the sweep chapters (multileader-allreduce, a2a-2dfc, dln-allreduce): sweep points,
-claim values computed from small hand-made tables, the DLN hop profile and hardware inventory, and the
-cross-field checks of their registry entries."""
+"""The drivers of the sweep chapters (multileader-allreduce, a2a-2dfc, dln-allreduce).
+
+Sweep points, claim values computed from small hand-made tables, the DLN hop profile and hardware inventory,
+and the cross-field checks of their registry entries.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +20,12 @@ from repro.registry import load_registry
 
 @pytest.mark.parametrize("S,p", [(4, 1), (8, 2), (8, 4), (16, 4), (4, 8)])
 def test_dln_fixed_path_length_and_mitigation(S: int, p: int) -> None:
-    """dln-allreduce invariants: for every halving-doubling step all partner pairs have the same route
-    length (2 links inside a switch, 3 across one chord); with p parallel chords no link carries two
-    flows of one step, with one chord the far steps put p flows on a link."""
+    """dln-allreduce invariants.
+
+    For every halving-doubling step all partner pairs have the same route length (2 links inside a switch, 3
+    across one chord); with p parallel chords no link carries two flows of one step, with one chord the far
+    steps put p flows on a link.
+    """
     P = S * p
     for net, want in (("dln_mitigated", 1), ("dln", p)):
         prof = dln_allreduce.hop_profile(P, p, net)
@@ -42,8 +47,11 @@ def test_network_inventory_counts_links() -> None:
 
 @pytest.mark.parametrize("k", [2, 3, 4])
 def test_striped_2dfc_is_bandwidth_optimal(k: int) -> None:
-    """a2a-2dfc invariants: the multi-port lower bound is k m / B for a k x k grid, the striped closed
-    form reaches it at alpha = 0, and no directed link carries more than ceil(k m / 2) elements in a phase."""
+    """a2a-2dfc invariants.
+
+    The multi-port lower bound is k m / B for a k x k grid, the striped closed form reaches it at alpha = 0,
+    and no directed link carries more than ceil(k m / 2) elements in a phase.
+    """
     m, B = 1000, 1e9
     assert a2a_2dfc.lower_bound(k, k, m, B) == pytest.approx(k * m / B)
     assert closed_form_cost("2dfc", k * k, m, 0.0, 1 / B, rows=k) == pytest.approx(k * m / B)
@@ -54,8 +62,11 @@ def test_striped_2dfc_is_bandwidth_optimal(k: int) -> None:
 
 
 def test_chapter_claim_functions() -> None:
-    """Claims are computed from the table: the 'existing' speed-up takes the fastest conventional
-    algorithm, reductions are percent of the baseline, DLN claims read the hop table."""
+    """Claims are computed from the table.
+
+    The 'existing' speed-up takes the fastest conventional algorithm, reductions are percent of the baseline,
+    DLN claims read the hop table.
+    """
     df = pd.DataFrame({"algorithm": ["2dfc:rows=2", "two_phase:rows=2", "linear", "pairwise", "bruck"] * 2,
                        "nbytes": [1] * 5 + [2] * 5, "p": 4,
                        "sim_s": [1.0, 2.0, 1.1, 5.0, 3.0, 2.0, 3.0, 2.0, np.nan, 8.0],

@@ -1,5 +1,7 @@
-"""Closed-form alpha-beta costs agree with the schedules' own step and byte counts,
-and the structural invariants of the specs hold."""
+"""Closed-form alpha-beta costs against the schedules' own step and byte counts.
+
+The structural invariants of the specs hold as well.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +25,10 @@ def divisible_n(p: int, params: dict) -> int:
 @pytest.mark.parametrize("p", range(1, 17))
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_closed_form_equals_schedule_cost(name: str, p: int) -> None:
-    """For every parameterisation, the closed form equals the cost summed step by
-    step over the schedule (alpha: start-ups; beta: bytes; gamma: reduced bytes)."""
+    """For every parameterisation, the closed form equals the cost summed step by step over the schedule (alpha: start-ups.
+
+    Beta: bytes; gamma: reduced bytes).
+    """
     for params in parameter_grid(name, p):
         n = divisible_n(p, params)
         sched = build_schedule(name, p, n, **params)
@@ -36,8 +40,10 @@ def test_closed_form_equals_schedule_cost(name: str, p: int) -> None:
 
 @pytest.mark.parametrize("p", range(1, 17))
 def test_ring_has_2p_minus_2_steps_of_n_over_p(p: int) -> None:
-    """Ring: 2(p-1) communicating steps; in each, every rank sends exactly one block
-    of n/p elements to its right neighbour; the first p-1 steps reduce."""
+    """Ring: 2(p-1) communicating steps; in each, every rank sends exactly one block of n/p elements to its right neighbour.
+
+    The first p-1 steps reduce.
+    """
     n = 12 * p
     sched = build_schedule("ring", p, n)
     assert len(sched.comm_steps()) == 2 * (p - 1)
@@ -51,8 +57,10 @@ def test_ring_has_2p_minus_2_steps_of_n_over_p(p: int) -> None:
 
 @pytest.mark.parametrize("p", [1, 2, 4, 8, 16])
 def test_rabenseifner_power_of_two_formula(p: int) -> None:
-    """dln-allreduce invariant: for p a power of two the schedule costs exactly
-    2 log2(p) alpha + 2 (p-1)/p n beta, in 2 log2(p) steps."""
+    """dln-allreduce invariant.
+
+    For p a power of two the schedule costs exactly 2 log2(p) alpha + 2 (p-1)/p n beta, in 2 log2(p) steps.
+    """
     n, alpha, beta = 48 * 16, 3.0, 0.5
     sched = build_schedule("rabenseifner", p, n)
     assert len(sched.comm_steps()) == 2 * int(math.log2(p))
@@ -62,8 +70,10 @@ def test_rabenseifner_power_of_two_formula(p: int) -> None:
 
 @pytest.mark.parametrize("p", range(1, 17))
 def test_step_counts_of_tree_and_doubling_algorithms(p: int) -> None:
-    """Recursive doubling: log2 p' steps (+2 for the fold-in); Rabenseifner 2 log2 p'
-    (+2); binomial 2 ceil(log2 p); Bruck ceil(log2 p); pairwise p-1; 2dfc <= 2."""
+    """Recursive doubling: log2 p' steps (+2 for the fold-in); Rabenseifner 2 log2 p' (+2); binomial 2 ceil(log2 p).
+
+    Bruck ceil(log2 p); pairwise p-1; 2dfc <= 2.
+    """
     q = 1 << (p.bit_length() - 1)
     fold = 0 if q == p else 2
     lg = q.bit_length() - 1
@@ -83,9 +93,11 @@ def test_step_counts_of_tree_and_doubling_algorithms(p: int) -> None:
 
 @pytest.mark.parametrize("nodes,k", [(1, 4), (2, 2), (2, 4), (4, 2), (3, 3), (4, 4)])
 def test_lr_lr_startups_and_internode_volume(nodes: int, k: int) -> None:
-    """multileader-allreduce invariants: start-ups drop from 2(P-1) to
-    2(N-1) + 2(k-1), while the bytes each node injects into the inter-node network
-    equal the flat ring's 2 (N-1)/N n."""
+    """multileader-allreduce invariants.
+
+    Start-ups drop from 2(P-1) to 2(N-1) + 2(k-1), while the bytes each node injects into the inter-node
+    network equal the flat ring's 2 (N-1)/N n.
+    """
     p, n = nodes * k, 24 * 36
     sched = build_schedule("lr_lr", p, n, k=k)
     assert len(sched.comm_steps()) == 2 * (nodes - 1) + 2 * (k - 1)
@@ -100,9 +112,11 @@ def test_lr_lr_startups_and_internode_volume(nodes: int, k: int) -> None:
 
 @pytest.mark.parametrize("p,k", [(4, 2), (8, 2), (8, 4), (9, 3), (12, 3), (16, 4)])
 def test_pipeline_moves_same_bytes_and_overlaps(p: int, k: int) -> None:
-    """lr_lr_pipe with S=1 is lr_lr step for step (same per-step link bytes); any S
-    moves the same total bytes (per link when n divides evenly); with two or more
-    segments the bandwidth-only cost is strictly lower than lr_lr's (overlap)."""
+    """lr_lr_pipe with S=1 is lr_lr step for step (same per-step link bytes).
+
+    Any S moves the same total bytes (per link when n divides evenly); with two or more segments the
+    bandwidth-only cost is strictly lower than lr_lr's (overlap).
+    """
     n = 2**6 * 3**3 * 5 * 7  # divisible by S*k*N for every case below
     base = build_schedule("lr_lr", p, n, k=k)
     assert link_bytes(build_schedule("lr_lr_pipe", p, n, k=k, segments=1)) == link_bytes(base)
@@ -118,11 +132,12 @@ def test_pipeline_moves_same_bytes_and_overlaps(p: int, k: int) -> None:
 @pytest.mark.parametrize("k", [2, 3, 4])
 @pytest.mark.parametrize("m", [6, 7])
 def test_2dfc_link_load_and_lower_bound(k: int, m: int) -> None:
-    """a2a-2dfc invariants on a k x k grid: messages only travel along rows or columns
-    (direct links of the 2dfc network); in each phase the busiest directed link
-    carries k * ceil(m/2) elements (the striped halves); at alpha = 0 the cost equals
-    the multi-port lower bound m[(R-1)+(C-1)+2(R-1)(C-1)]/(R+C-2) beta = k m beta
-    (m even), half that of the non-striped two-phase algorithm."""
+    """a2a-2dfc invariants on a k x k grid: messages only travel along rows or columns (direct links of the 2dfc network).
+
+    In each phase the busiest directed link carries k * ceil(m/2) elements (the striped halves); at alpha = 0
+    the cost equals the multi-port lower bound m[(R-1)+(C-1)+2(R-1)(C-1)]/(R+C-2) beta = k m beta (m even),
+    half that of the non-striped two-phase algorithm.
+    """
     p = k * k
     sched = build_schedule("2dfc", p, m, rows=k)
     for msg in messages(sched):
@@ -151,8 +166,10 @@ def test_bruck_power_of_two_formula(p: int) -> None:
 
 
 def test_single_port_model_serialises_a_ranks_messages() -> None:
-    """Under the single-port model the direct all-to-all costs (p-1)(alpha + m beta),
-    like pairwise; under the multi-port model one step."""
+    """Under the single-port model the direct all-to-all costs (p-1)(alpha + m beta), like pairwise.
+
+    Under the multi-port model one step.
+    """
     p, m = 6, 5
     lin = build_schedule("linear", p, m)
     assert schedule_cost(lin, 1, 1.0, 1.0, ports="single") == pytest.approx((p - 1) * (1 + m))

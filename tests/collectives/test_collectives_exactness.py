@@ -1,5 +1,8 @@
-"""The chapters' MPI exactness tables: every case that ran is counted, skipped cases never count as a
-match, and a summary in which an algorithm ran no case is refused."""
+"""The chapters' MPI exactness tables.
+
+Every case that ran is counted, skipped cases never count as a match, and a summary in which an algorithm ran
+no case is refused.
+"""
 
 from __future__ import annotations
 
@@ -29,8 +32,10 @@ def test_summary_refuses_an_algorithm_with_no_case_run() -> None:
 
 
 def test_algorithm_exactness_on_real_mpi() -> None:
-    """One launch of 4 ranks: every case of every spec equals MPI's own collective; a spec whose node
-    size does not divide the rank count is skipped and counted, not passed."""
+    """One launch of 4 ranks: every case of every spec equals MPI's own collective.
+
+    A spec whose node size does not divide the rank count is skipped and counted, not passed.
+    """
     got = algorithm_exactness(["lr_lr:k=2", "2dfc:rows=2", "rabenseifner", "lr_rab:k=3"], 4, [1, 7, 100], ["int64"],
                               timeout=120)
     assert len(got) == 12 and set(got.algorithm) == {"lr_lr:k=2", "2dfc:rows=2", "rabenseifner", "lr_rab:k=3"}

@@ -168,8 +168,10 @@ def test_zero_ber_acceptability_and_no_retransmissions() -> None:
 
 @pytest.mark.skipif(not simgrid_available(), reason="SimGrid not installed (envs/simgrid-setup.sh)")
 def test_slower_fec_never_speeds_a_kernel_up() -> None:
-    """Simulated per-iteration time grows with the per-hop FEC latency, and the sweep's RS runs are
-    slower than its Hamming runs for every kernel and placement."""
+    """Simulated per-iteration time grows with the per-hop FEC latency.
+
+    The sweep's RS runs are slower than its Hamming runs for every kernel and placement.
+    """
     sched = N.kernel_schedule("LU", 8)
     times = [simulate(sched, N.fec_fat_tree(8, 4, 2, 400, 5, 100, f), 1).time for f in (0.0, 20.0, 200.0)]
     assert times[0] < times[1] < times[2]

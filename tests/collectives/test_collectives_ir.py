@@ -36,8 +36,7 @@ def _replace_step(sched, s, r, **changes):
 
 
 def test_validate_rejects_unmatched_and_mismatched_messages() -> None:
-    """A dropped receive, a receive of the wrong length, an out-of-range block and a
-    double copy-write are all rejected."""
+    """A dropped receive, a receive of the wrong length, an out-of-range block and a double copy-write are all rejected."""
     sched = build_schedule("ring", 4, 10)
     validate(sched)
     st = sched.steps[0][1]
@@ -54,8 +53,11 @@ def test_validate_rejects_unmatched_and_mismatched_messages() -> None:
 
 
 def test_sends_snapshot_before_receives_land() -> None:
-    """Step semantics: a rank that sends and receives the same block in one step
-    sends its old value (recursive doubling relies on it)."""
+    """Step semantics.
+
+    A rank that sends and receives the same block in one step sends its old value (recursive doubling relies
+    on it).
+    """
     sched = build_schedule("recursive_doubling", 2, 3)
     out = execute_reference(sched, [np.array([1, 2, 3]), np.array([10, 20, 30])])
     assert out[0].tolist() == out[1].tolist() == [11, 22, 33]

@@ -80,8 +80,10 @@ def test_allreduce_and_reduce_scatter_exact(d: int, n: int) -> None:
 
 @pytest.mark.parametrize("d", DEGREES)
 def test_allgather_every_block_arrives_exactly_once(d: int) -> None:
-    """Allgather output is the concatenation in rank order, and each rank receives every other
-    rank's block exactly once (never its own)."""
+    """Allgather output is the concatenation in rank order.
+
+    Each rank receives every other rank's block exactly once (never its own).
+    """
     m = 3
     sched = K.kautz_allgather(d, m)
     validate(sched)
@@ -102,8 +104,11 @@ def test_allgather_every_block_arrives_exactly_once(d: int) -> None:
 
 @pytest.mark.parametrize("d", [2, 3, 4, 16])
 def test_link_loads_and_closed_form(d: int) -> None:
-    """Only arcs carry messages; per-step link loads are (d, 1, 1, d) blocks at most, and the
-    multi-port alpha-beta cost of the schedule equals the closed form when N divides n."""
+    """Only arcs carry messages.
+
+    Per-step link loads are (d, 1, 1, d) blocks at most, and the multi-port alpha-beta cost of the schedule
+    equals the closed form when N divides n.
+    """
     n_ranks = d * (d + 1)
     n = 4 * n_ranks
     sched = K.kautz_allreduce(d, n)
@@ -163,8 +168,10 @@ def test_network_setup_rejects_mismatched_dragonfly() -> None:
 
 @pytest.mark.skipif(not simgrid_available(), reason="SimGrid not installed (envs/simgrid-setup.sh)")
 def test_simgrid_matches_alpha_beta_on_kautz_and_ring_estimate() -> None:
-    """Without contention SimGrid reproduces the closed form of the Kautz allreduce, and the
-    contention-free estimate of the Hamiltonian ring equals its simulation."""
+    """Without contention SimGrid reproduces the closed form of the Kautz allreduce.
+
+    The contention-free estimate of the Hamiltonian ring equals its simulation.
+    """
     d, n = 3, 12 * 1000
     bw, lat, alpha = 1e10, 1e-7, 1e-6
     pf = with_endpoint_overhead(kautz(d, bw, lat), alpha)
@@ -177,8 +184,11 @@ def test_simgrid_matches_alpha_beta_on_kautz_and_ring_estimate() -> None:
 
 
 def test_kautz_schedules_equal_mpi_collectives(tmp_path) -> None:
-    """On a real MPI (mpi4py over MPICH) the three schedules equal MPI's Allreduce, Allgather and
-    Reduce_scatter exactly (int64) on 2, 6 and 12 ranks: one launch per rank count."""
+    """On a real MPI (mpi4py over MPICH) the three schedules equal MPI's own collectives.
+
+    ``Allreduce``, ``Allgather`` and ``Reduce_scatter``, exactly (int64), on 2, 6 and 12 ranks: one launch
+    per rank count.
+    """
     cases = ["allreduce", "allgather", "reduce_scatter"]
     lengths = [0, 1, 13, 1003]
     for p in (2, 6, 12):

@@ -42,9 +42,11 @@ def run_worker(tmp_path: Path, nprocs: int, *args: str, timeout: float = 120) ->
 
 @pytest.mark.parametrize("p", sorted(EXTRA_SPECS))
 def test_mpi_executor_equals_mpi_builtin(p: int, tmp_path: Path) -> None:
-    """Every algorithm equals MPI's collective on every rank: exactly for integers and
-    all-to-alls, within the summation-order bound for floating-point allreduce; all
-    ranks hold bit-identical allreduce results; no case is skipped."""
+    """Every algorithm equals MPI's collective on every rank.
+
+    Exactly for integers and all-to-alls, within the summation-order bound for floating-point allreduce; all
+    ranks hold bit-identical allreduce results; no case is skipped.
+    """
     specs = list(ALGORITHMS) + EXTRA_SPECS[p]
     lengths = sorted({0, 1, p + 1, 1003})
     dtypes = DTYPES.get(p, "int64,float64")
@@ -73,8 +75,11 @@ def _leftover(marker: str) -> list[str]:
 
 
 def test_launcher_timeout_is_a_clear_error(tmp_path: Path) -> None:
-    """A worker told to sleep past the timeout: run_mpi raises MPIRunError naming the
-    timeout and the rank count, within a few seconds, and leaves no process behind."""
+    """A worker told to sleep past the timeout.
+
+    ``run_mpi`` raises MPIRunError naming the timeout and the rank count, within a few seconds, and leaves no
+    process behind.
+    """
     marker = str(tmp_path / "never.json")
     t0 = time.monotonic()
     with pytest.raises(MPIRunError) as err:
@@ -89,8 +94,11 @@ def test_launcher_timeout_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_launcher_failure_reports_exit_code_and_stderr(tmp_path: Path) -> None:
-    """A worker that fails on every rank: the error names the rank count, the exit code
-    and carries the tail of stderr (here the worker's own message)."""
+    """A worker that fails on every rank.
+
+    The error names the rank count, the exit code and carries the tail of stderr (here the worker's own
+    message).
+    """
     with pytest.raises(MPIRunError) as err:
         run_mpi([*WORKER, "--algos", "no_such_algorithm", "--out", str(tmp_path / "r.json")], 3, timeout=60)
     msg = str(err.value)
@@ -100,8 +108,10 @@ def test_launcher_failure_reports_exit_code_and_stderr(tmp_path: Path) -> None:
 
 
 def test_bench_mode_reports_timings(tmp_path: Path) -> None:
-    """Throughput mode returns a time for ours and for MPI's built-in per algorithm
-    (values are not asserted: timings on a shared machine mean nothing)."""
+    """Throughput mode returns a time for ours and for MPI's built-in per algorithm (values are not asserted.
+
+    Timings on a shared machine mean nothing).
+    """
     report = run_worker(tmp_path, 4, "--mode", "bench", "--algos", "ring;lr_lr;2dfc", "--nbytes", "4096",
                         "--repeats", "2", "--dtypes", "float32")
     assert [c["algorithm"] for c in report["cases"]] == ["ring", "lr_lr", "2dfc"]
@@ -124,8 +134,11 @@ comm.Barrier()  # the other ranks would wait here for ever without an abort
 
 @pytest.mark.parametrize("how", ["raise", "exit"])
 def test_failing_rank_aborts_the_job_at_once_with_its_cause(how: str, tmp_path: Path) -> None:
-    """A rank that raises or calls ``sys.exit`` while the others wait in a barrier ends the launch
-    well within the timeout, and the error carries that rank's cause (mpi4py's runner aborts)."""
+    """A rank that raises or exits while the others wait in a barrier ends the launch at once.
+
+    The launch ends well within the timeout, and the error carries that rank's cause (mpi4py's runner
+    calls ``MPI_Abort``).
+    """
     script = tmp_path / "fails.py"
     script.write_text(FAILING_RANK)
     t0 = time.monotonic()
@@ -146,8 +159,7 @@ def test_bad_algorithm_parameter_fails_instead_of_skipping(tmp_path: Path) -> No
 
 
 def test_inapplicable_cases_are_counted_and_zero_cases_is_not_ok(tmp_path: Path) -> None:
-    """A node size that does not divide the rank count is skipped and counted; a report in which no
-    case ran is not ok."""
+    """A node size that does not divide the rank count is skipped and counted; a report in which no case ran is not ok."""
     report = run_worker(tmp_path, 3, "--algos", "lr_lr:k=2", "--lengths", "1,5", "--dtypes", "int64")
     assert report["n_cases"] == 0 and report["n_skipped"] == 2 and report["ok"] is False
     assert all(c["ok"] is None and "does not divide" in c["skipped"] for c in report["cases"])

@@ -1,5 +1,7 @@
-"""GPU-cluster, DLN and fat-tree platforms, the route-aware cost model, link energy and the
-platform-level closed forms, checked against each other and against SimGrid."""
+"""GPU-cluster, DLN and fat-tree platforms, the route-aware cost model and link energy.
+
+The platform-level closed forms are checked against the model, and the model against SimGrid.
+"""
 
 from __future__ import annotations
 
@@ -27,8 +29,10 @@ GPU_KW = dict(nvlink_bandwidth=50e9, pcie_bandwidth=16e9, nic_bandwidth=12.5e9, 
 # ------------------------------------------------------------------ GPU cluster
 @pytest.mark.parametrize("nodes,k,nics", [(1, 4, 2), (2, 4, 2), (3, 2, 1), (4, 4, 4)])
 def test_gpu_cluster_routes(nodes: int, k: int, nics: int) -> None:
-    """Intra-node pairs use their own NVLink link; inter-node routes are GPU->PCIe->NIC->fabric->NIC->PCIe,
-    and GPU l sits behind NIC l // (k / nics)."""
+    """Intra-node pairs use their own NVLink link.
+
+    Inter-node routes are GPU->PCIe->NIC->fabric->NIC->PCIe, and GPU l sits behind NIC l // (k / nics).
+    """
     pf = gpu_cluster(nodes, k, nics_per_node=nics)
     pf.check()
     assert len(pf.hosts) == nodes * k
@@ -54,8 +58,10 @@ def test_gpu_cluster_rejects_bad_input(kwargs: dict, name: str) -> None:
 
 @pytest.mark.parametrize("N,k", [(2, 4), (4, 4), (8, 2)])
 def test_multileader_closed_forms_equal_route_model(N: int, k: int) -> None:
-    """On the GPU cluster no two flows of a step share a link more than the closed forms assume:
-    the two-level closed forms of lr, lr_lr and lr_rab equal the step-by-step route-aware model."""
+    """On the GPU cluster no two flows of a step share a link more than the closed forms assume.
+
+    The two-level closed forms of lr, lr_lr and lr_rab equal the step-by-step route-aware model.
+    """
     pf = gpu_cluster(N, k, **GPU_KW)
     kw = dict(nodes=N, gpus_per_node=k, **GPU_KW)
     n = N * k * 1024  # divides evenly into every block
@@ -66,9 +72,11 @@ def test_multileader_closed_forms_equal_route_model(N: int, k: int) -> None:
 
 
 def test_lr_lr_injects_ring_volume_with_fewer_startups() -> None:
-    """multileader invariant: lr_lr puts 2(N-1)/N * n bytes per node on the network (the flat ring, whose
-    wrap-around link leaves every node once per step, 2(P-1)/P * n: about the same) while the start-ups
-    drop from 2(P-1) to 2(N-1) + 2(k-1)."""
+    """Multileader invariant.
+
+    ``lr_lr`` puts 2(N-1)/N * n bytes per node on the network (the flat ring, whose wrap-around link leaves every
+    node once per step, 2(P-1)/P * n: about the same) while the start-ups drop from 2(P-1) to 2(N-1) + 2(k-1).
+    """
     N, k, n = 4, 4, 4 * 4 * 64
     P = N * k
     pf = gpu_cluster(N, k, **GPU_KW)
@@ -96,8 +104,10 @@ def test_pipe_with_one_segment_moves_the_same_link_bytes() -> None:
 # ------------------------------------------------------------------ DLN
 @pytest.mark.parametrize("S", [2, 5, 8, 12, 16, 32])
 def testloop_paths_use_chords_and_reach_the_target(S: int) -> None:
-    """Every signed offset is a chord +-2^j (< S) and the offsets add up to the distance mod S;
-    partners at distance 2^j take exactly one chord."""
+    """Every signed offset is a chord +-2^j (< S) and the offsets add up to the distance mod S.
+
+    Partners at distance 2^j take exactly one chord.
+    """
     chords = set(loop_offsets(S))
     for t in range(S):
         path = loop_path(0, t, S)
@@ -117,9 +127,11 @@ def test_dln_rejects_bad_input() -> None:
 
 @pytest.mark.parametrize("P,n", [(16, 4096), (64, 1 << 16)])
 def test_halving_doubling_closed_form(P: int, n: int) -> None:
-    """Without contention the closed form is Rabenseifner's 2 log2(P) alpha + 2 (P-1)/P n beta; with
-    zero latency it equals the route-aware model on the DLN without mitigation (share p) and on a
-    2:1 tapered fat tree (share 2)."""
+    """Without contention the closed form is Rabenseifner's 2 log2(P) alpha + 2 (P-1)/P n beta.
+
+    With zero latency it equals the route-aware model on the DLN without mitigation (share p) and on a 2:1
+    tapered fat tree (share 2).
+    """
     a, b = 1e-6, 1e-10
     assert halving_doubling_closed_form(P, n, a, b) == pytest.approx(cm.rabenseifner_cost(P, n, a, b), rel=1e-12)
     assert halving_doubling_closed_form(P, n, a, b) == pytest.approx(2 * math.log2(P) * a + 2 * (P - 1) / P * n * b)
@@ -170,8 +182,10 @@ needs_simgrid = pytest.mark.skipif(not simgrid_available(),
 
 @needs_simgrid
 def test_simgrid_agrees_with_route_model_on_gpu_cluster_and_dln() -> None:
-    """SimGrid's flow model and the route-aware alpha-beta model agree within 0.1% where every flow of a
-    step is equal: lr_lr / lr_rab on the GPU cluster, halving-doubling on the DLN with and without mitigation."""
+    """SimGrid's flow model and the route-aware alpha-beta model agree within 0.1% where every flow of a step is equal.
+
+    ``lr_lr`` / ``lr_rab`` on the GPU cluster, halving-doubling on the DLN with and without mitigation.
+    """
     pf = gpu_cluster(2, 4, **GPU_KW)
     for name in ("lr_lr", "lr_rab", "ring"):
         sched = build_schedule(name, 8, 1 << 20, **({"k": 4} if name != "ring" else {}))

@@ -25,9 +25,11 @@ def adjacency(pf) -> np.ndarray:
 
 @pytest.mark.parametrize("rows,cols", [(1, 4), (2, 2), (2, 3), (3, 3), (4, 4)])
 def test_2dfc_platform_invariants(rows: int, cols: int) -> None:
-    """a2a-2dfc: N = R*C hosts, degree R+C-2, diameter 2 (1 if a dimension is 1), and
-    every non-aligned pair has exactly two minimal 2-hop paths (row-first and
-    column-first); routes are row-first."""
+    """a2a-2dfc.
+
+    N = R*C hosts, degree R+C-2, diameter 2 (1 if a dimension is 1), and every non-aligned pair has exactly
+    two minimal 2-hop paths (row-first and column-first); routes are row-first.
+    """
     pf = two_dim_fc(rows, cols, BW, LAT)
     pf.check()
     a = adjacency(pf)
@@ -46,9 +48,12 @@ def test_2dfc_platform_invariants(rows: int, cols: int) -> None:
 
 @pytest.mark.parametrize("d", [2, 3, 4, 5, 6])
 def test_kautz_invariants(d: int) -> None:
-    """kautz-fpga: N = d(d+1), in/out degree d, A^2 + A = J (diameter 2 with unique
-    paths), exactly N/2 bidirectional pairs, every uni-directional arc on exactly
-    one directed triangle; the platform routes every pair in 1 or 2 links."""
+    """kautz-fpga.
+
+    N = d(d+1), in/out degree d, A^2 + A = J (diameter 2 with unique paths), exactly N/2 bidirectional pairs,
+    every uni-directional arc on exactly one directed triangle; the platform routes every pair in 1 or 2
+    links.
+    """
     names, arcs = kautz_arcs(d)
     n = d * (d + 1)
     assert len(names) == n
@@ -100,9 +105,11 @@ needs_simgrid = pytest.mark.skipif(not simgrid_available(),
 @needs_simgrid
 @pytest.mark.parametrize("platform", ["full8", "2dfc4x4"])
 def test_uncontended_ring_matches_alpha_beta(platform: str) -> None:
-    """A ring allreduce whose flows never share a link takes, in SimGrid, within 5% of
-    2(p-1) alpha + 2(p-1)/p n beta (alpha = one link's latency, beta = 1/bandwidth).
-    On the 4x4 2dfc the row wrap-around takes 2 hops (extra latency only)."""
+    """A ring allreduce whose flows never share a link matches its closed form in SimGrid.
+
+    Within 5% of 2(p-1) alpha + 2(p-1)/p n beta (alpha = one link's latency, beta = 1/bandwidth).
+    On the 4x4 2dfc the row wrap-around takes 2 hops (extra latency only).
+    """
     pf = fully_connected(8, BW, LAT) if platform == "full8" else two_dim_fc(4, 4, BW, LAT)
     p, nbytes = len(pf.hosts), 64 * 2**20
     sim = simulate(build_schedule("ring", p, nbytes // 4), pf, 4)
@@ -122,9 +129,11 @@ def test_reduction_cost_gamma_is_simulated() -> None:
 
 @needs_simgrid
 def test_2dfc_alltoall_on_2dfc_platform() -> None:
-    """On a 4x4 2dfc, the striped and non-striped two-phase all-to-alls (all messages
-    between direct neighbours, no shared links) match their closed forms within 5%,
-    and striping makes it nearly twice as fast at m = 1 MiB."""
+    """On a 4x4 2dfc the two-phase all-to-alls match their closed forms within 5%.
+
+    Striped and non-striped (all messages between direct neighbours, no shared links); striping makes
+    it nearly twice as fast at m = 1 MiB.
+    """
     pf = two_dim_fc(4, 4, BW, LAT)
     m = 2**20
     times = {}
@@ -137,9 +146,11 @@ def test_2dfc_alltoall_on_2dfc_platform() -> None:
 
 @needs_simgrid
 def test_contention_is_simulated_on_a_tapered_fat_tree() -> None:
-    """Rabenseifner on 8 hosts, 4 per leaf, one spine: in the first (distance-4) step
-    four flows share each leaf's single uplink, so the simulated time clearly exceeds
-    the contention-free alpha-beta cost (here with the 4-link route latency)."""
+    """Rabenseifner on 8 hosts, 4 per leaf, one spine.
+
+    In the first (distance-4) step four flows share each leaf's single uplink, so the simulated time clearly
+    exceeds the contention-free alpha-beta cost (here with the 4-link route latency).
+    """
     pf = fat_tree(8, 4, 1, BW, LAT)
     nbytes = 16 * 2**20
     sim = simulate(build_schedule("rabenseifner", 8, nbytes // 4), pf, 4)

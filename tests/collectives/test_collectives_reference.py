@@ -39,9 +39,10 @@ A2A_BLOCK_LENGTHS = [0, 1, 3, 4]
 @pytest.mark.parametrize("p", P_RANGE)
 @pytest.mark.parametrize("name", ALLREDUCE_ALGORITHMS)
 def test_allreduce_equals_numpy_sum(name: str, p: int) -> None:
-    """Integer data: exactly np.sum on every rank; float data: np.sum to rounding,
-    and bit-identical on all ranks.  (Pipelines up to 3 segments here; the
-    provenance test below covers 4.)"""
+    """Integer data: exactly np.sum on every rank; float data: np.sum to rounding, and bit-identical on all ranks.
+
+    (Pipelines up to 3 segments here; the provenance test below covers 4.).
+    """
     rng = np.random.default_rng(p)
     for params in parameter_grid(name, p, max_segments=3):
         for n in allreduce_lengths(p):
@@ -61,8 +62,10 @@ def test_allreduce_equals_numpy_sum(name: str, p: int) -> None:
 @pytest.mark.parametrize("p", P_RANGE)
 @pytest.mark.parametrize("name", ALLREDUCE_ALGORITHMS)
 def test_allreduce_counts_every_contribution_exactly_once(name: str, p: int) -> None:
-    """Provenance: rank r contributes the one-hot vector e_r to every element; the
-    result must be all ones (no contribution missing or counted twice)."""
+    """Provenance: rank r contributes the one-hot vector e_r to every element.
+
+    The result must be all ones (no contribution missing or counted twice).
+    """
     for params in parameter_grid(name, p):
         n = 3 * p + 1
         sched = build(name, p, n, params)
@@ -96,9 +99,11 @@ def max_hops(name: str, p: int) -> int:
 @pytest.mark.parametrize("p", P_RANGE)
 @pytest.mark.parametrize("name", ALLTOALL_ALGORITHMS)
 def test_alltoall_delivers_each_block_exactly_once(name: str, p: int) -> None:
-    """Every input element carries a unique id.  Each output block is written exactly
-    once, the final output is the transpose (so every block reached its destination
-    once and only once), and no element crosses more links than the algorithm allows."""
+    """Every input element carries a unique id.
+
+    Each output block is written exactly once, the final output is the transpose (so every block reached its
+    destination once and only once), and no element crosses more links than the algorithm allows.
+    """
     m = 3
     for params in parameter_grid(name, p):
         sched = build(name, p, m, params)

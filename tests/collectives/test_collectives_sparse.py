@@ -87,8 +87,11 @@ def test_ring_ring_rejects_bad_node_size() -> None:
 
 @pytest.mark.parametrize("algo", ["ring", "ring_ring"])
 def test_sparse_at_density_one_sends_exactly_the_dense_bytes(algo: str) -> None:
-    """At density 1 every segment is dense, so the sparse schedule sends byte for byte what the dense one sends
-    (payload and per-message count headers alike), and at low density strictly less."""
+    """At density 1 the sparse schedule sends byte for byte what the dense one sends.
+
+    Every segment is dense there (payload and per-message count headers alike); at low density it sends
+    strictly less.
+    """
     for dens, cmp in ((1.0, "eq"), (1 / 64, "lt")):
         _, sparse_logs = S.dry_run(f"sparse_{algo}", 8, 4096, dens, 0, k=4)
         _, dense_logs = S.dry_run(f"dense_{algo}", 8, 4096, dens, 0, k=4)

@@ -102,11 +102,11 @@ def _nodes(p: int, k: int) -> int:
 
 
 def _node_group(m: int, k: int) -> list[int]:
-    return [m * k + l for l in range(k)]
+    return [m * k + local for local in range(k)]
 
 
-def _leader_group(l: int, k: int, nn: int) -> list[int]:
-    return [m * k + l for m in range(nn)]
+def _leader_group(local: int, k: int, nn: int) -> list[int]:
+    return [m * k + local for m in range(nn)]
 
 
 def _two_level_lengths(n: int, k: int, sub: int) -> list[int]:
@@ -127,9 +127,9 @@ def _multileader_stages(k: int, nn: int, sub: int, base: int, inter: str) -> tup
     rs = par(*(ring_reduce_scatter(_node_group(m, k), node_chunks) for m in range(nn)))
     ag = par(*(ring_allgather(_node_group(m, k), node_chunks) for m in range(nn)))
     inter_phases = []
-    for l in range(k):
-        grp = _leader_group(l, k, nn)
-        subs = [(b,) for b in chunk(l)]
+    for local in range(k):
+        grp = _leader_group(local, k, nn)
+        subs = [(b,) for b in chunk(local)]
         if inter == "ring":
             inter_phases.append(seq(ring_reduce_scatter(grp, subs), ring_allgather(grp, subs)))
         elif inter == "rab":

@@ -230,7 +230,7 @@ def gpu_cluster(nodes: int, gpus_per_node: int, *, nvlink_bandwidth: float = 50e
     if nics_per_node < 1 or gpus_per_node % nics_per_node:
         raise ValueError(f"nics_per_node={nics_per_node} must divide gpus_per_node={gpus_per_node}")
     k, per_nic = gpus_per_node, gpus_per_node // nics_per_node
-    pf = Platform(f"gpu{nodes}x{k}", [f"g{m}_{l}" for m in range(nodes) for l in range(k)])
+    pf = Platform(f"gpu{nodes}x{k}", [f"g{m}_{g}" for m in range(nodes) for g in range(k)])
     fabric = pf.add_link("ib_fabric", 1e15, switch_hops * switch_latency, "FATPIPE")
     for i, j in itertools.permutations(range(nodes * k), 2):
         (mi, li), (mj, lj) = divmod(i, k), divmod(j, k)

@@ -402,7 +402,8 @@ def allreduce(algorithm: str, comm: LoggingComm, x: Segment, k: int = 1) -> Segm
     return _split_allgather(comm, x)
 
 
-def dry_run(algorithm: str, p: int, dim: int, density: float, seed: int, k: int = 1) -> tuple[list[Segment], list[list[tuple[int, int, int]]]]:
+def dry_run(algorithm: str, p: int, dim: int, density: float, seed: int,
+            k: int = 1) -> tuple[list[Segment], list[list[tuple[int, int, int]]]]:
     """Run ``algorithm`` on ``p`` in-process ranks with random sparse inputs.
 
     Returns every rank's result and every rank's message log ``(step, dst, bytes)``.

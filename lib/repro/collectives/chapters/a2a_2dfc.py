@@ -79,8 +79,11 @@ def short_label(spec: str, rows: int) -> str:
 
 
 def speedups(df: pd.DataFrame, rows: int, bandwidth: float) -> pd.DataFrame:
-    """Time of every algorithm over the striped one (:func:`best_time`), per block size, plus the
-    striped time over the multi-port bandwidth lower bound (``striped/bound``); columns by :func:`short_label`."""
+    """Time of every algorithm over the striped one (:func:`best_time`), per block size.
+
+    The last column, ``striped/bound``, is the striped time over the multi-port bandwidth lower bound;
+    columns are named by :func:`short_label`.
+    """
     cols = int(df.p.iloc[0]) // rows
     piv = df.assign(t=best_time(df)).pivot_table(index="nbytes", columns="algorithm", values="t")
     ours = piv[f"2dfc:rows={rows}"]

@@ -73,8 +73,11 @@ def points(nodes: Sequence[int], hosts_per_switch: int, sizes_mb: Sequence[float
 
 def hop_profile(p: int, hosts_per_switch: int, network: str, bandwidth: float = 1e10, latency: float = 1e-6,
                 switch_latency: float = 0.0) -> pd.DataFrame:
-    """Per halving step: partner distance, the distinct route lengths (links) of all partner pairs,
-    and the most flows sharing one link, on ``network``."""
+    """Per halving step.
+
+    Partner distance, the distinct route lengths (links) of all partner pairs, and the most flows sharing one
+    link, on ``network``.
+    """
     pf = build_platform(platform(network, p, hosts_per_switch, bandwidth, latency, switch_latency))
     sched = build_schedule("rabenseifner", p, p)
     flows = max_link_flows(sched, pf)

@@ -293,12 +293,15 @@ def plot_times(df: pd.DataFrame) -> plt.Figure:
             ax.fill_between(agg.index, agg["min"] * 1e6, agg["max"] * 1e6, alpha=0.2)
         model = g.groupby("bytes").model_s.first()
         bx.plot(model.index, agg["mean"] / model, style, label=label, ms=4)
-    ax.set_xscale("log", base=2); ax.set_yscale("log")
-    ax.set_xlabel("allreduce vector (bytes)"); ax.set_ylabel("time (µs)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("allreduce vector (bytes)")
+    ax.set_ylabel("time (µs)")
     ax.set_title("allreduce time (lines: mean over placements; band: min-max)")
     ax.legend(fontsize=8)
     bx.set_xscale("log", base=2)
-    bx.set_xlabel("allreduce vector (bytes)"); bx.set_ylabel("simulated / alpha-beta model")
+    bx.set_xlabel("allreduce vector (bytes)")
+    bx.set_ylabel("simulated / alpha-beta model")
     bx.set_title("cross-check against the alpha-beta closed form")
     bx.axhline(1.0, color="grey", lw=0.8)
     fig.tight_layout()
@@ -315,8 +318,10 @@ def plot_speedup(sp: pd.DataFrame, paper_value: float | None) -> plt.Figure:
     ax.plot(gain.index, gain.values, ":^", label="multi-port / single-port ring on Kautz")
     if paper_value is not None:
         ax.axhline(paper_value, color="crimson", ls="--", label=f"paper: {paper_value:g}×")
-    ax.set_xscale("log", base=2); ax.set_yscale("log")
-    ax.set_xlabel("allreduce vector (bytes)"); ax.set_ylabel("speedup (×)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("allreduce vector (bytes)")
+    ax.set_ylabel("speedup (×)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -358,8 +363,11 @@ def route_links(platform: Platform) -> int:
 
 
 def speedup_table(sp: pd.DataFrame) -> pd.DataFrame:
-    """Per size: mean Kautz and best Dragonfly times (µs), the best Dragonfly algorithms, the speed-up
-    (mean, min, max over placements) and the multi-port gain over the single-port ring."""
+    """Per size.
+
+    Mean Kautz and best Dragonfly times (µs), the best Dragonfly algorithms, the speed-up (mean, min, max over
+    placements) and the multi-port gain over the single-port ring.
+    """
     rows = []
     for nbytes, g in sp.groupby("bytes"):
         rows.append({"bytes": nbytes, "kautz_us": 1e6 * g.kautz_s.mean(),

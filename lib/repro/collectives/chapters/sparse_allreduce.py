@@ -186,8 +186,11 @@ def sparse_exactness(algorithms: list[str], densities: list[float], p: int, k: i
 
 
 def density_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per density and algorithm: mean and sd (over seeds) of the time in ms, MB sent per rank, steps,
-    and whether the result came out dense."""
+    """Per density and algorithm.
+
+    Mean and sd (over seeds) of the time in ms, MB sent per rank, steps, and whether the result came out
+    dense.
+    """
     rows = []
     for (density, algo), g in df.groupby(["density", "algorithm"]):
         rows.append({"density": density, "algorithm": algo, "time_ms": 1e3 * g.time_s.mean(),
@@ -209,9 +212,12 @@ def plot_time_vs_density(df: pd.DataFrame) -> plt.Figure:
     for a in (ax, bx):
         a.set_xscale("log", base=2)
         a.set_xlabel("density of each rank's gradient")
-    ax.set_yscale("log"); ax.set_ylabel("simulated allreduce time (ms)")
+    ax.set_yscale("log")
+    ax.set_ylabel("simulated allreduce time (ms)")
     ax.set_title("time (mean over seeds; band: min-max)")
-    bx.set_yscale("log"); bx.set_ylabel("MB sent per rank"); bx.set_title("bytes sent per rank")
+    bx.set_yscale("log")
+    bx.set_ylabel("MB sent per rank")
+    bx.set_title("bytes sent per rank")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
