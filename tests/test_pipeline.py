@@ -69,7 +69,7 @@ def test_dvc_yaml_is_generated_from_registry(root):
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
     assert set(stages) == {c.id for c in REG.chapters}
     lama = stages["fedlama"]
-    assert "lib/repro/fl/fedlama.py" in lama["deps"] and "envs/cpu.lock" in lama["deps"]
+    assert "lib/repro/federated/fedlama.py" in lama["deps"] and "envs/cpu.lock" in lama["deps"]
     assert lama["params"] == [{"params/fedlama.yaml": ["cpu"]}]
     assert lama["cmd"].startswith("mkdir -p build/notebooks/fedlama results/fedlama && ")
 
@@ -178,5 +178,5 @@ def test_inputs_hash_tracks_params_and_files(root):
     assert h == runner.inputs_hash(ch, "smoke", dict(v))
     assert h != runner.inputs_hash(ch, "smoke", {**v, "lr": 0.01})
     files = {p.relative_to(root).as_posix() for p in runner.chapter_inputs(ch)}
-    assert {"notebooks/federated/fedlama.ipynb", "lib/repro/fl/fedlama.py", "envs/cpu.lock",
-            "lib/repro/chapters/federated.yaml"} <= files
+    assert {"notebooks/federated/fedlama.ipynb", "lib/repro/federated/fedlama.py", "envs/cpu.lock",
+            "lib/repro/federated/chapters/fedlama.yaml"} <= files

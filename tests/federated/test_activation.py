@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 from repro.federated.activation import (
@@ -17,7 +16,6 @@ from repro.federated.activation import (
     probe_metrics,
     scaled_ranks,
 )
-from repro.federated.chapters.biased_activation import claims as activation_claims
 from repro.federated.client import LocalSGD
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.strategies import SeededFedAvg
@@ -107,13 +105,3 @@ def test_probed_run_activates_the_policys_choice():
         assert len(s.drawn[r]) == 6 and set(s.probes[r]) == set(s.drawn[r])
         assert s.sampled[r] == MultiMetricActivation(1.0).select(s.drawn[r], s.probes[r], 3)
         assert all(m["loss"] > 0 and m["grad-norm"] > 0 for m in s.probes[r].values())
-
-
-def test_activation_claims_from_a_known_frame():
-    rows = [{"policy": p, "beta": b, "seed": s, "accuracy": 0.0, "budget_accuracy": acc + s}
-            for s in (0, 1) for p, b, acc in (("uniform", 0.0, 70.0), ("power-of-choice", 0.0, 74.0),
-                                              ("multi-metric", 1.0, 75.0), ("multi-metric", 2.0, 60.0))]
-    c = activation_claims(pd.DataFrame(rows), 1.0)
-    assert c == {"acc_gain_vs_uniform": [5.0, 5.0], "acc_gain_vs_power_of_choice": [1.0, 1.0]}
-    with pytest.raises(ValueError, match="beta"):
-        activation_claims(pd.DataFrame(rows), 0.5)

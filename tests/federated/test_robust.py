@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from repro.federated.chapters.fedgrad import BackdoorRun
-from repro.federated.chapters.fedgrad import run as backdoor_run
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.robust import (
@@ -131,13 +129,3 @@ def test_attacked_app_without_attackers_and_no_defence_is_bitwise_fedavg():
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-6)
     assert all(f == [] for f in s.flagged.values()) and sorted(s.flagged) == [1, 2, 3]
-
-
-def test_backdoor_run_reports_main_and_backdoor_accuracy_and_rates():
-    sgd = LocalSGD(batch_size=16, lr=0.05, momentum=0.0)
-    clean = backdoor_run(BackdoorRun("multi-krum", SPEC, sgd, 3, 2, 4, 0, (), 0.3, 1.0, 1, eval_every=2))
-    assert clean["attacked"] is False and np.isnan(clean["tpr"]) and clean["fpr"] == pytest.approx(0.25)
-    hit = backdoor_run(BackdoorRun("none", SPEC, sgd, 3, 2, 4, 0, (0, 1, 2), 0.3, 1.0, 1, eval_every=2))
-    assert hit["tpr"] == 0.0 and hit["fpr"] == 0.0 and 0.0 <= hit["backdoor"] <= 100.0
-    with pytest.raises(ValueError, match="defence"):
-        backdoor_run(BackdoorRun("krum-ish", SPEC, sgd, 3, 1, 4, 0, (), 0.3, 1.0, 1))

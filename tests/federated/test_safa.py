@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
-from repro.federated.chapters.safa import claims as safa_claims
 from repro.federated.client import LocalSettings, LocalSGD, make_client_app, penalised_sgd
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.safa import SAFA, feddc, make_regularised_client_app, squared_gradient
@@ -114,14 +112,3 @@ def test_fedprox_mu_reaches_the_clients():
     h_avg = _run(SeededFedAvg(4, LOCAL, seed=1), make_client_app(SPEC), rounds=2)
     h_prox = _run(SeededFedProx(4, LOCAL, seed=1, mu=1.0), make_regularised_client_app(SPEC), rounds=2)
     assert not _equal(snapshot(h_avg.final_arrays), snapshot(h_prox.final_arrays))
-
-
-def test_safa_claims_from_a_known_frame():
-    rows = []
-    for seed in (0, 1):
-        for m, acc in (("fedavg", 80.0), ("fedprox", 80.5), ("feddc", 84.0), ("safa", 86.0 + seed)):
-            rows.append({"method": m, "alpha": 0.1, "seed": seed, "accuracy": 0.0, "budget_accuracy": acc})
-        rows.append({"method": "safa", "alpha": 1.0, "seed": seed, "accuracy": 0.0, "budget_accuracy": 0.0})
-    c = safa_claims(pd.DataFrame(rows), 0.1)
-    assert c == {"acc_gain_vs_fedavg": [6.0, 7.0], "acc_gain_vs_feddc": [2.0, 3.0],
-                 "fedprox_gain_vs_fedavg": [0.5, 0.5]}

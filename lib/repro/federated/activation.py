@@ -210,15 +210,15 @@ class ActivatedFedAvg(SeededFedAvg):
 
     def draw_candidates(self) -> list[int]:
         """``candidates`` distinct partition ids in draw order (uniform, from the seeded sampler)."""
-        if not self._node_of:
+        if not self.node_of:
             raise RuntimeError("call set_partition_map() before training")
-        if self.candidates > len(self._node_of):
-            raise ValueError(f"candidates={self.candidates} exceeds the {len(self._node_of)} clients")
-        return [int(p) for p in self._rng.choice(sorted(self._node_of), self.candidates, replace=False)]
+        if self.candidates > len(self.node_of):
+            raise ValueError(f"candidates={self.candidates} exceeds the {len(self.node_of)} clients")
+        return [int(p) for p in self.sampler_rng.choice(sorted(self.node_of), self.candidates, replace=False)]
 
     def probe(self, grid: Grid, arrays: ArrayRecord, pids: list[int]) -> dict[int, dict[str, float]]:
         """Ask each candidate for its loss and gradient norm at ``arrays``."""
-        msgs = [Message(RecordDict({"arrays": arrays, "config": ConfigRecord({})}), dst_node_id=self._node_of[p],
+        msgs = [Message(RecordDict({"arrays": arrays, "config": ConfigRecord({})}), dst_node_id=self.node_of[p],
                         message_type=PROBE) for p in pids]
         out: dict[int, dict[str, float]] = {}
         for reply in grid.send_and_receive(msgs):

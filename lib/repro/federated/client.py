@@ -327,11 +327,17 @@ def make_client_app(spec: TaskSpec, run_config: RunConfig | None = None) -> Clie
 
 
 def run_config_mod(defaults: RunConfig) -> Callable[[Message, Context, Callable], Message]:
-    """A Flower client mod that fills ``context.run_config`` with ``defaults`` where it has no value."""
+    """A Flower client mod that hands the handlers a run config with ``defaults`` where it has no value.
+
+    Flower forbids changing ``context.run_config`` itself, so the handlers get
+    a context with the fused run config that shares the node's ``state``
+    (what they store there persists).
+    """
     def mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
-        for k, v in defaults.items():
-            context.run_config.setdefault(k, v)
-        return call_next(msg, context)
+        fused = Context(run_id=context.run_id, node_id=context.node_id, node_config=context.node_config,
+                        state=context.state, run_config={**defaults, **context.run_config},
+                        series_id=context.series_id)
+        return call_next(msg, fused)
 
     return mod
 

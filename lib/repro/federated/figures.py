@@ -10,6 +10,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 
 def label_histogram_figure(histogram: np.ndarray, title: str, boundaries: Sequence[int] = (),
@@ -28,12 +29,15 @@ def label_histogram_figure(histogram: np.ndarray, title: str, boundaries: Sequen
         Figure height in inches.
     """
     fig, ax = plt.subplots(figsize=(8, height))
-    ax.imshow(np.asarray(histogram).T, aspect="auto", cmap="Greens")
+    im = ax.imshow(np.asarray(histogram).T, aspect="auto", cmap="Greens", interpolation="nearest")
     for b in boundaries:
         ax.axvline(b - 0.5, color="k", lw=1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("client")
     ax.set_ylabel("class")
     ax.grid(False)
+    fig.colorbar(im, ax=ax, label="samples", pad=0.01)
     ax.set_title(title)
     fig.tight_layout()
     return fig

@@ -148,7 +148,7 @@ class SAFA(SeededFedAvg):
         cfg["ewc-lambda"] = float(self.lam)
         cfg["want-fisher"] = self.lam > 0
         keys = list(comm.sizes)
-        self._expect = (server_round, keys, keys)
+        self.round_traffic = (server_round, keys, keys)
         msgs = []
         for pid, k in zip(pids, order):
             send = dict(self.models[k])
@@ -157,7 +157,7 @@ class SAFA(SeededFedAvg):
             c = ConfigRecord(dict(cfg))
             c["model-index"] = k
             msgs.append(Message(RecordDict({"arrays": to_arrayrecord(send), "config": c}),
-                                dst_node_id=self._node_of[pid], message_type=MessageType.TRAIN))
+                                dst_node_id=self.node_of[pid], message_type=MessageType.TRAIN))
         return msgs
 
     def aggregate_train(self, server_round: int,
@@ -186,7 +186,7 @@ class SAFA(SeededFedAvg):
                                  "metrics": MetricRecord({"n": int(self.volume[k])})})
                      for k in range(self.active_clients) if k not in trained and self.volume[k] > 0]
         glob = from_arrayrecord(aggregate_arrayrecords(contents, "n"))
-        rnd, down, up = self._expect
+        rnd, down, up = self.round_traffic
         assert self.comm is not None
         self.comm.record(rnd, down, up, len(replies))
         if server_round % self.period == 0:

@@ -38,6 +38,19 @@ class SeededFedAvg(FedAvg):
         Seed of the client sampler (the clients seed their mini-batches from the run seed).
     resample_every
         Draw a new set of clients every this many rounds (1 = every round).
+
+    Attributes
+    ----------
+    node_of
+        Partition id -> node id on the engine (set by :meth:`set_partition_map`).
+    sampler_rng
+        The seeded generator that draws clients.
+    round_traffic
+        ``(round, arrays sent, arrays asked back)`` of the round in progress, for the ledger.
+    comm
+        The communication ledger (``None`` before the first round).
+    sampled
+        Round -> partition ids that trained.
     """
 
     def __init__(self, active_clients: int, local: dict[str, float | int], seed: int = 0,
@@ -51,8 +64,8 @@ class SeededFedAvg(FedAvg):
         self.local = dict(local)
         self.seed = seed
         self.resample_every = resample_every
-        self._rng = np.random.default_rng(seed)
-        self._node_of: dict[int, int] = {}
+        self.sampler_rng = np.random.default_rng(seed)
+        self.node_of: dict[int, int] = {}
         self._active: list[int] = []
         self.comm: CommLedger | None = None
         self.sampled: dict[int, list[int]] = {}
@@ -62,7 +75,7 @@ class SeededFedAvg(FedAvg):
         """Tell the strategy which node id serves each partition id."""
         if self.active_clients > len(node_of_partition):
             raise ValueError(f"active_clients={self.active_clients} exceeds the {len(node_of_partition)} clients")
-        self._node_of = dict(node_of_partition)
+        self.node_of = dict(node_of_partition)
 
     def ensure_comm(self, arrays: ArrayRecord) -> CommLedger:
         """The communication ledger, created on first use with the sizes of ``arrays``."""
@@ -73,11 +86,11 @@ class SeededFedAvg(FedAvg):
     # ----- hooks for subclasses -------------------------------------------
     def sample(self, server_round: int) -> list[int]:
         """Partition ids active in ``server_round`` (redrawn every ``resample_every`` rounds)."""
-        if not self._node_of:
+        if not self.node_of:
             raise RuntimeError("call set_partition_map() before training")
         if (server_round - 1) % self.resample_every == 0 or not self._active:
-            pids = sorted(self._node_of)
-            self._active = sorted(int(p) for p in self._rng.choice(pids, self.active_clients, replace=False))
+            pids = sorted(self.node_of)
+            self._active = sorted(int(p) for p in self.sampler_rng.choice(pids, self.active_clients, replace=False))
         self.sampled[server_round] = list(self._active)
         return self._active
 
@@ -97,9 +110,9 @@ class SeededFedAvg(FedAvg):
         cfg.update({k: v for k, v in self.local.items()})
         cfg["server-round"] = server_round
         cfg["send-keys"] = back
-        self._expect = (server_round, list(send.keys()), back)
+        self.round_traffic = (server_round, list(send.keys()), back)
         return [
-            Message(RecordDict({"arrays": send, "config": cfg}), dst_node_id=self._node_of[p],
+            Message(RecordDict({"arrays": send, "config": cfg}), dst_node_id=self.node_of[p],
                     message_type=MessageType.TRAIN)
             for p in pids
         ]
@@ -112,7 +125,7 @@ class SeededFedAvg(FedAvg):
         if errors:
             raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {errors[0].error.reason}")
         arrays, metrics = super().aggregate_train(server_round, replies)
-        rnd, down, up = self._expect
+        rnd, down, up = self.round_traffic
         assert self.comm is not None
         self.comm.record(rnd, down, up, len(replies))
         return arrays, metrics
