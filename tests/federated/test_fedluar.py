@@ -17,7 +17,6 @@ from repro.federated.fedluar import (
 )
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec
-from repro.parallel import parallel_map
 
 SPEC = TaskSpec(dataset="digits", num_clients=10, alpha=0.3, hidden=(32, 16, 16))
 LOCAL = LocalSGD(batch_size=16, lr=0.05, momentum=0.5).config(3)
@@ -150,16 +149,6 @@ def test_top_k_keep_one_equals_fedavg_and_counts_uploads(run_rounds):
     run_rounds(s2, rounds=2)
     expected = 2 * 4 * sum(int(np.ceil(0.1 * n)) for n in s2.comm.sizes.values())
     assert sum(s2.uplink) == expected
-
-
-def _square(x):
-    return {"x": x * x}
-
-
-def test_parallel_map_keeps_job_order():
-    assert parallel_map(_square, [3, 1, 2], workers=1) == [{"x": 9}, {"x": 1}, {"x": 4}]
-    with pytest.raises(ValueError, match="workers"):
-        parallel_map(_square, [1], workers=0)
 
 
 @pytest.mark.slow
