@@ -7,6 +7,10 @@
 * :mod:`repro.misc.realtime` -- component/activity models turned into networkx
   precedence DAGs, chain-cover thread synthesis (Dilworth), the Graham bound
   and a simpy multiprocessor scheduler simulation (chapter ``component-embedded``).
+* :mod:`repro.misc.iptf` -- a synthetic sky-survey workload (fields, densities,
+  batches of CCD images, a machine-load process), spatial and temporal history
+  features with no look-ahead, the within-batch error boundary and a pgmpy
+  Bayesian-network regressor (chapter ``iptf-bayes``).
 
 Chapter drivers live in :mod:`repro.misc.chapters`.
 """
