@@ -1,0 +1,153 @@
+"""KAKURENBO's invariants (spec), its baselines and the chapter driver."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from repro.training import kakurenbo as hiding
+from repro.training.chapters import kakurenbo as driver
+from repro.training.importance_sampling import importance_draw
+from repro.training.launcher import launch
+from repro.training.sample_loop import SampleStats
+from repro.training.selective_backprop import LossHistory
+
+SETUP = driver.KakurenboSetup(n_samples=1200, n_features=12, n_informative=8, num_classes=4, class_sep=1.5,
+                              flip_y=0.02, hidden=(32,), batch_size=32, base_lr=0.05, momentum=0.9,
+                              weight_decay=5e-4, epochs=6, max_fraction=0.3, threshold=0.7, sb_keep=1 / 3)
+
+
+@pytest.fixture(scope="module")
+def split():
+    return driver.data(SETUP, 0)
+
+
+class Spy(driver.MethodTrainer):
+    """Records the state before each epoch's selection."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.before: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def epoch(self, e, hide_count=0):
+        self.before.append((self.state.correct.copy(), self.state.confidence.copy()))
+        return super().epoch(e, hide_count)
+
+
+def test_hidden_count_bound_and_move_back_rule(split):
+    tr = Spy("kakurenbo", SETUP, split, 0)
+    n = len(split.train)
+    for e in range(SETUP.epochs):
+        sel_before = tr.state.select(hiding.hidden_fraction(e, SETUP.epochs, SETUP.max_fraction))
+        rec = tr.epoch(e)
+        assert rec.hidden <= int(np.floor(hiding.hidden_fraction(e, SETUP.epochs, SETUP.max_fraction) * n))
+        correct, conf = tr.before[e]
+        assert np.all(correct[sel_before.hidden]) and np.all(conf[sel_before.hidden] >= SETUP.threshold)
+        # training list and hidden list partition the ids; each visible id once per epoch
+        assert len(np.intersect1d(sel_before.visible, sel_before.hidden)) == 0
+        assert len(sel_before.visible) + len(sel_before.hidden) == n
+        # after the refresh pass every hidden sample's loss is finite and stamped with this epoch
+        assert np.all(np.isfinite(tr.state.loss[sel_before.hidden])) and np.all(tr.state.updated[sel_before.hidden] == e)
+        assert np.all(tr.state.updated == e)
+    assert sum(r.hidden for r in tr.log) > 0, "the test must exercise hiding"
+
+
+def test_visible_sampler_yields_each_visible_id_once():
+    state = hiding.HidingState(50)
+    state.update(SampleStats(np.arange(50), np.linspace(0, 1, 50), np.ones(50, bool), np.full(50, 0.9)), 0)
+    sel = state.select(0.2)
+    ids = list(hiding.visible_sampler(sel, torch.Generator().manual_seed(0)))
+    assert sorted(ids) == sel.visible.tolist() and len(sel.hidden) == 10 and sel.hidden.tolist() == list(range(10))
+
+
+def test_move_back_returns_uncertain_or_wrong_candidates():
+    state = hiding.HidingState(6, threshold=0.7)
+    state.update(SampleStats(np.arange(6), np.array([0.1, 0.2, 0.3, 5, 6, 7.0]),
+                             np.array([True, False, True, True, True, True]), np.array([0.9, 0.9, 0.5, 1, 1, 1.0])), 0)
+    sel = state.select(0.5)
+    assert sel.candidates == 3 and sel.hidden.tolist() == [0] and sel.moved_back == 2
+    assert hiding.HidingState(6, move_back=False).select(0.5).candidates == 3
+
+
+def test_zero_fraction_is_bitwise_plain_training(split):
+    zero = replace(SETUP, max_fraction=0.0)
+    base = driver.train_method("baseline", zero, split, 3)
+    kak = driver.MethodTrainer("kakurenbo", zero, split, 3)
+    ref = driver.MethodTrainer("baseline", zero, split, 3)
+    for e in range(zero.epochs):
+        kak.epoch(e)
+        ref.epoch(e)
+    for a, b in zip(kak.model.parameters(), ref.model.parameters()):
+        assert torch.equal(a, b)
+    assert [r.test_accuracy for r in kak.log] == [r.test_accuracy for r in base.log]
+
+
+def test_lr_is_scheduled_rate_over_one_minus_fraction(split):
+    tr = driver.MethodTrainer("kakurenbo", SETUP, split, 0)
+    nolr = driver.MethodTrainer("no_lr_scale", SETUP, split, 0)
+    for e in range(SETUP.epochs):
+        f = hiding.hidden_fraction(e, SETUP.epochs, SETUP.max_fraction)
+        assert tr.epoch(e).lr == pytest.approx(driver.step_lr(e, SETUP) / (1 - f))
+        assert nolr.epoch(e).lr == pytest.approx(driver.step_lr(e, SETUP))
+
+
+def test_fraction_schedule_steps_down():
+    fr = [hiding.hidden_fraction(e, 200, 0.3) for e in (0, 1, 59, 60, 119, 120, 159, 160, 199)]
+    assert fr == pytest.approx([0.0, 0.3, 0.3, 0.24, 0.24, 0.18, 0.18, 0.12, 0.12])
+    with pytest.raises(ValueError):
+        hiding.lr_compensation(1.0)
+
+
+def test_importance_draw_is_proportional_and_unbiased():
+    losses = np.array([1.0, 3.0, 0.0, 6.0])
+    draw = importance_draw(losses, torch.Generator().manual_seed(0))
+    p = 1.0 / (len(losses) * draw.weights)
+    assert p.sum() == pytest.approx(1.0) and p[3] > p[1] > p[0] > p[2] > 0
+    # the weighted expectation of any per-sample quantity equals its uniform mean
+    q = np.array([2.0, -1.0, 5.0, 0.5])
+    assert np.sum(p * draw.weights * q) == pytest.approx(q.mean())
+    assert np.all(1.0 / (4 * importance_draw(np.full(4, np.inf), torch.Generator()).weights) == 0.25)
+
+
+def test_loss_history_percentile():
+    h = LossHistory(4)
+    assert h.percentile(1.0) == 1.0
+    h.values.extend([1.0, 2.0, 3.0, 4.0, 5.0])  # keeps the last 4
+    assert h.percentile(4.5) == 0.75 and h.percentile(0.0) == 0.0
+
+
+def test_selective_backprop_backprops_about_keep_share(split):
+    run = driver.train_method("selective_backprop", replace(SETUP, epochs=3), split, 0)
+    n = len(split.train)
+    assert 0.2 * n * 3 < run.backward_passes < 0.5 * n * 3
+    assert run.forward_passes == 3 * n + run.backward_passes
+
+
+def _allreduce_stats(ctx, n):
+    state = hiding.HidingState(n)
+    mine = np.arange(ctx.rank, n, 2)  # each rank trained half the samples; the rest stay zero
+    state.loss[:] = 0.0
+    state.update(SampleStats(mine, mine * 0.5, mine % 3 == 0, mine / n), 0)
+    state.allreduce()
+    return state.loss, state.correct, state.confidence
+
+
+def test_stats_allreduce_across_ranks():
+    n = 10
+    out = launch(_allreduce_stats, 2, (n,))
+    ids = np.arange(n)
+    for loss, correct, conf in out:
+        np.testing.assert_allclose(loss, ids * 0.5)
+        np.testing.assert_array_equal(correct, ids % 3 == 0)
+        np.testing.assert_allclose(conf, ids / n)
+
+
+def test_claims_cover_the_registry(split):
+    runs = driver.sweep(replace(SETUP, epochs=3), [0])
+    vals = driver.claims(runs)
+    assert set(vals) == {"time_reduction", "backward_reduction", "accuracy_drop", "iswr_gap", "moveback_gain",
+                         "importance_vs_random"}
+    assert all(len(v) == 1 and np.isfinite(v[0]) for v in vals.values())
