@@ -41,10 +41,6 @@ def _run(strategy, app, rounds=3, spec=SPEC, engine="inprocess"):
                          central_evaluator(spec), range(rounds + 1), engine=engine)
 
 
-def _equal(a, b):
-    return set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
-
-
 def _context(pid: int) -> Context:
     return Context(run_id=1, node_id=pid + 1, node_config={"partition-id": pid, "num-partitions": SPEC.num_clients},
                    state=RecordDict(), run_config={})
@@ -56,22 +52,22 @@ def _message(arrays: dict[str, np.ndarray], **config) -> Message:
                    message_type=MessageType.TRAIN)
 
 
-def test_feddyn_alpha_zero_is_bitwise_fedavg():
+def test_feddyn_alpha_zero_is_bitwise_fedavg(same_weights):
     h_avg = _run(SeededFedAvg(4, LOCAL, seed=3), make_client_app(SPEC))
     s = FedDyn(4, LOCAL, SPEC.num_clients, alpha=0.0, seed=3)
     h_dyn = _run(s, make_feddyn_client_app(SPEC))
-    assert _equal(snapshot(h_avg.final_arrays), snapshot(h_dyn.final_arrays))
+    assert same_weights(snapshot(h_avg.final_arrays), snapshot(h_dyn.final_arrays))
     assert h_avg.accuracy == h_dyn.accuracy and h_avg.loss == h_dyn.loss
     assert all(not v.any() for v in s.h.values())
 
 
-def test_scaffold_without_correction_is_bitwise_fedavg_and_with_it_differs():
+def test_scaffold_without_correction_is_bitwise_fedavg_and_with_it_differs(same_weights):
     h_avg = _run(SeededFedAvg(4, LOCAL, seed=4), make_client_app(SPEC))
     h_off = _run(SCAFFOLD(4, LOCAL, SPEC.num_clients, correction=False, seed=4), make_scaffold_client_app(SPEC))
-    assert _equal(snapshot(h_avg.final_arrays), snapshot(h_off.final_arrays))
+    assert same_weights(snapshot(h_avg.final_arrays), snapshot(h_off.final_arrays))
     assert h_avg.accuracy == h_off.accuracy and h_avg.loss == h_off.loss
     h_on = _run(SCAFFOLD(4, LOCAL, SPEC.num_clients, correction=True, seed=4), make_scaffold_client_app(SPEC))
-    assert not _equal(snapshot(h_avg.final_arrays), snapshot(h_on.final_arrays))
+    assert not same_weights(snapshot(h_avg.final_arrays), snapshot(h_on.final_arrays))
 
 
 def test_scaffold_client_variate_follows_option_two():
@@ -199,9 +195,9 @@ def test_bad_parameters_are_named():
 
 
 @pytest.mark.slow
-def test_scaffold_ray_engine_matches_inprocess():
+def test_scaffold_ray_engine_matches_inprocess(same_weights):
     spec = TaskSpec(dataset="digits", num_clients=4, alpha=0.5, hidden=(16,))
     h_in = _run(SCAFFOLD(2, LOCAL, 4, seed=1), make_scaffold_client_app(spec), rounds=2, spec=spec)
     h_ray = _run(SCAFFOLD(2, LOCAL, 4, seed=1), make_scaffold_client_app(spec), rounds=2, spec=spec, engine="ray")
     assert h_in.accuracy == h_ray.accuracy and h_in.loss == h_ray.loss
-    assert _equal(snapshot(h_in.final_arrays), snapshot(h_ray.final_arrays))
+    assert same_weights(snapshot(h_in.final_arrays), snapshot(h_ray.final_arrays))

@@ -36,10 +36,6 @@ def _run(strategy, spec, app=None, rounds=3):
                          central_evaluator(spec), range(rounds + 1))
 
 
-def _equal(a, b):
-    return set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
-
-
 def test_action_to_weights_is_a_softmax_and_a_constant_action_gives_equal_weights():
     a = np.array([0.3, -1.2, 2.0, 0.0])
     w = action_to_weights(a)
@@ -50,16 +46,16 @@ def test_action_to_weights_is_a_softmax_and_a_constant_action_gives_equal_weight
         action_to_weights(np.array([np.nan, 1.0]))
 
 
-def test_constant_action_and_sample_size_policies_make_the_strategy_bitwise_fedavg():
+def test_constant_action_and_sample_size_policies_make_the_strategy_bitwise_fedavg(same_weights):
     # equally sized clients: a constant action (equal weights) is FedAvg bit for bit
     avg = snapshot(_run(SeededFedAvg(6, LOCAL, seed=0), SKEW).final_arrays)
     drl = FlowerPolicyFedAvg(6, LOCAL, ConstantActionWeights(np.full(6, -0.4)), seed=0)
-    assert _equal(avg, snapshot(_run(drl, SKEW).final_arrays))
+    assert same_weights(avg, snapshot(_run(drl, SKEW).final_arrays))
     assert all(v == pytest.approx(1 / 6) for w in drl.weights_used.values() for v in w.values())
     # unequal clients: sample-count weights are FedAvg bit for bit
     avg = snapshot(_run(SeededFedAvg(4, LOCAL, seed=2), DIRICHLET).final_arrays)
     by_size = _run(FlowerPolicyFedAvg(4, LOCAL, SampleSizeWeights(), seed=2), DIRICHLET)
-    assert _equal(avg, snapshot(by_size.final_arrays))
+    assert same_weights(avg, snapshot(by_size.final_arrays))
 
 
 def test_state_is_3k_long_and_ordered_by_partition_id_whatever_the_reply_order():
@@ -127,10 +123,10 @@ def test_ddpg_policy_weights_are_a_distribution_and_it_needs_every_client():
         pol.weights(7, stats[:2])
 
 
-def test_loss_reporting_client_trains_like_the_shared_client_and_reports_the_global_loss():
+def test_loss_reporting_client_trains_like_the_shared_client_and_reports_the_global_loss(same_weights):
     avg = _run(SeededFedAvg(6, LOCAL, seed=1), SKEW)
     rep = _run(SeededFedAvg(6, LOCAL, seed=1), SKEW, make_loss_reporting_client_app(SKEW))
-    assert _equal(snapshot(avg.final_arrays), snapshot(rep.final_arrays))
+    assert same_weights(snapshot(avg.final_arrays), snapshot(rep.final_arrays))
     pol = DDPGWeights(6, seed=0)
     strat = FlowerPolicyFedAvg(6, LOCAL, pol, seed=0)
     _run(strat, SKEW, make_loss_reporting_client_app(SKEW), rounds=1)

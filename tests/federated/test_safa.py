@@ -20,22 +20,18 @@ def _run(strategy, app, rounds=5, spec=SPEC, engine="inprocess"):
                          central_evaluator(spec), range(rounds + 1), engine=engine)
 
 
-def _equal(a, b):
-    return set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
-
-
-def test_safa_lambda_zero_a_zero_period_one_is_bitwise_fedavg():
+def test_safa_lambda_zero_a_zero_period_one_is_bitwise_fedavg(same_weights):
     h_avg = _run(SeededFedAvg(4, LOCAL, seed=0), make_client_app(SPEC))
     h_safa = _run(SAFA(4, LOCAL, seed=0, lam=0.0, mix=0.0, period=1), make_regularised_client_app(SPEC))
-    assert _equal(snapshot(h_avg.final_arrays), snapshot(h_safa.final_arrays))
+    assert same_weights(snapshot(h_avg.final_arrays), snapshot(h_safa.final_arrays))
     assert h_avg.accuracy == h_safa.accuracy
 
 
-def test_fedprox_mu_zero_is_bitwise_fedavg_and_mu_pulls_towards_the_anchor():
+def test_fedprox_mu_zero_is_bitwise_fedavg_and_mu_pulls_towards_the_anchor(same_weights):
     h_avg = _run(SeededFedAvg(4, LOCAL, seed=1), make_client_app(SPEC))
     s = SeededFedProx(4, LOCAL, seed=1, mu=0.0)
     h_prox = _run(s, make_regularised_client_app(SPEC))
-    assert _equal(snapshot(h_avg.final_arrays), snapshot(h_prox.final_arrays))
+    assert same_weights(snapshot(h_avg.final_arrays), snapshot(h_prox.final_arrays))
     assert s.proximal_mu == 0.0
     # a strong proximal term keeps the local model nearer its start
     x, y = client_data(SPEC, 0)
@@ -108,7 +104,7 @@ def test_squared_gradient_is_the_square_of_autograd():
     np.testing.assert_allclose(sq["bias"], (g[1] ** 2).numpy(), rtol=1e-6)
 
 
-def test_fedprox_mu_reaches_the_clients():
+def test_fedprox_mu_reaches_the_clients(same_weights):
     h_avg = _run(SeededFedAvg(4, LOCAL, seed=1), make_client_app(SPEC), rounds=2)
     h_prox = _run(SeededFedProx(4, LOCAL, seed=1, mu=1.0), make_regularised_client_app(SPEC), rounds=2)
-    assert not _equal(snapshot(h_avg.final_arrays), snapshot(h_prox.final_arrays))
+    assert not same_weights(snapshot(h_avg.final_arrays), snapshot(h_prox.final_arrays))
