@@ -27,6 +27,21 @@ Core modules
 :mod:`repro.pario.exchange_sim`
     Paper-scale exchange times: SimGrid (shared executor) on a Dragonfly and
     the endpoint model swept over its constants.
+:mod:`repro.pario.intranode`, :mod:`repro.pario.mpi_tam`, :mod:`repro.pario.tam_model`
+    Intra-node aggregation (TAM): rank-to-node map, k aggregators per node,
+    k-way heap merge and coalescing; the two-layer write and read on MPI; its
+    cost at scale (endpoint model, SimGrid).
+:mod:`repro.pario.chunked`, :mod:`repro.pario.mpi_chunked`, :mod:`repro.pario.hdf5_ref`
+    PnetCDF-style chunked, compressed variables: chunk grid, owners by a
+    user-defined MPI reduction, filters, metadata table, independent reader;
+    the collective write per request or aggregated; HDF5's gzip chunks as the
+    reference.
+:mod:`repro.pario.async_io`, :mod:`repro.pario.ddp_train`
+    Sharded HDF5 training data, synchronous and double-buffered bulk loaders
+    behind emulated storage, and ``torch.distributed`` (gloo) training with each.
 
-Chapters (``repro.pario.chapters``): ``tpio-spreadout``.
+Chapters (``repro.pario.chapters``): ``tpio-spreadout``, ``tpio-intranode``,
+``pnetcdf-compress``, ``async-io``.  MPI jobs run through the shared launcher
+(:mod:`repro.collectives.executors.launcher`) with a timeout; the worker of
+every MPI-IO job is :mod:`repro.pario.mpi_worker`.
 """
