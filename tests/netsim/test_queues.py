@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from repro.netsim.queues import FifoResource, pass_through
 
 

@@ -4,9 +4,10 @@ A plan gives every vehicle a monitoring frequency ``f_v`` in ``{0, ..., f_max}``
 Within each slot a vehicle at level ``f`` samples at the first ``f`` points of the base-2 van der Corput
 sequence (1/2, 1/4, 3/4, 1/8, ...), which are spread over the slot and nested, so raising a frequency
 never removes a sample (evenly spaced samples at ``slot / f`` are not nested and coverage could fall when
-a frequency rises).  Each sample covers the (grid cell, time slot) pair where it is taken.  :class:`CoverageModel` precomputes, for
-every vehicle and level, the boolean set of pairs covered, so the coverage of a whole population of
-plans is one vectorised OR.  The objective (reconstructed; the paper defines one combined function) is
+a frequency rises).  Each sample covers the (grid cell, time slot) pair where it is taken.
+:class:`CoverageModel` precomputes, for every vehicle and level, the boolean set of pairs covered, so
+the coverage of a whole population of plans is one vectorised OR.
+The objective (reconstructed; the paper defines one combined function) is
 
 ``J = w_c * Cov + w_k * (1 - Cost_norm) + w_b * Balance``
 
@@ -148,9 +149,11 @@ def random_plan(model: CoverageModel, rng: np.random.Generator) -> np.ndarray:
 
 
 def greedy_plan(model: CoverageModel, weights: Weights) -> np.ndarray:
-    """Marginal-gain-per-cost greedy: from all zeros, repeatedly raise by one level the vehicle whose next
-    level adds the most newly covered pairs per extra sample; return the plan with the best objective
-    seen along the way."""
+    """Marginal-gain-per-cost greedy plan.
+
+    From all zeros, repeatedly raise by one level the vehicle whose next level adds the most newly covered
+    pairs per extra sample; return the plan with the best objective seen along the way.
+    """
     plan = np.zeros(model.vehicles, dtype=int)
     union = np.zeros_like(model.reachable)
     best_plan, best = plan.copy(), model.objective(plan, weights)[0]

@@ -7,8 +7,9 @@ A Mamdani controller (``skfuzzy.control``) maps two inputs in [0, 1] to the rewa
   Sparse, Normal, Dense;
 
 with triangular memberships that form a partition (degrees sum to 1), product AND, bounded-sum
-accumulation, output ``theta`` in {Small, Medium, Large} and centroid defuzzification.  The rule base (reconstructed) says: young packets
-in a dense neighbourhood may wait (large theta); old packets where opportunities are sparse should not
+accumulation, output ``theta`` in {Small, Medium, Large} and centroid defuzzification.  The rule base
+(reconstructed) says: young packets in a dense neighbourhood may wait (large theta); old packets where
+opportunities are sparse should not
 (small theta).  Evaluating the controller per device and slot through scikit-fuzzy is slow, so
 :class:`FuzzyTheta` evaluates it once on a grid and interpolates bilinearly; the grid values are
 scikit-fuzzy's own.

@@ -296,7 +296,7 @@ class RoadTraffic:
     length_m: float
 
     def position(self, vehicle: int, t: float) -> float:
-        """x of ``vehicle`` at time ``t``."""
+        """Position along the road of ``vehicle`` at time ``t``."""
         return float((t - self.entry[vehicle]) * self.speed[vehicle])
 
     def on_road(self, t: float) -> np.ndarray:

@@ -23,10 +23,11 @@ Per-device reward (reconstructed from the paper's summaries, see the qlearn-offl
 relay (free capacities of neighbour and self), ``theta * (1 - tau / delta) / delta`` per one-second slot of
 waiting with the oldest packet of age ``tau < delta`` (the summaries give ``theta * (1 - tau / delta)``; spread
 over the slots of delta, a whole wait is worth at most ``theta / 2``, below one RSU delivery -- undivided,
-waiting outweighs every delivery and the agents learn never to send), ``-P`` once for every packet whose latency exceeds ``delta``, and
-``-masked_penalty`` for choosing an unavailable action (executed as wait).  The reward therefore splits
-as ``base + theta * flexible``; ``info["reward_base"]`` and ``info["reward_flexible"]`` give both parts so a
-per-device ``theta`` (the fuzzy chapter) can be applied outside the environment.
+waiting outweighs every delivery and the agents learn never to send), ``-P`` once for every packet
+whose latency exceeds ``delta``, and ``-masked_penalty`` for choosing an unavailable action
+(executed as wait).  The reward therefore splits as ``base + theta * flexible``; ``info["reward_base"]``
+and ``info["reward_flexible"]`` give both parts so a per-device ``theta`` (the fuzzy chapter) can be
+applied outside the environment.
 """
 
 from __future__ import annotations

@@ -114,9 +114,10 @@ def _per_seed(t: pd.DataFrame, policy: str, col: str, delta: float | None = None
 
 
 def best_fixed_saving(t: pd.DataFrame, thetas: list[float], min_on_time: float = 99.0) -> pd.Series:
-    """Per seed, the best mean saving over deadlines among the fixed thetas whose every deadline kept
-    ``min_on_time`` percent on time (an oracle choice on the held-out city, which favours the baseline).
+    """Per seed, the best mean saving over deadlines among the fixed thetas that stayed on time.
 
+    A fixed theta qualifies when every deadline kept ``min_on_time`` percent of packets on time; the choice
+    is made with hindsight on the held-out city, which favours the baseline.
     Where no fixed theta kept it, the best saving of any fixed theta is used (stricter for fuzzy).
     """
     savings = pd.concat([_per_seed(t, fixed_name(th), "4G saved (%)") for th in thetas], axis=1)
