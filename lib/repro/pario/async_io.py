@@ -17,7 +17,9 @@ larger ``k`` also mixes samples more.  :class:`EmulatedStorage` puts every
 read behind a per-operation latency and a bandwidth cap (``time.sleep``, which
 releases the GIL, like h5py's reads), standing in for a parallel file system.
 :func:`cosmo_fields` makes CosmoFlow-like 3-D Gaussian random fields whose
-power-spectrum slope and amplitude are the regression targets.
+power-spectrum slope and amplitude are the regression targets;
+:func:`neuron_traces` makes Neuron-Inverter-like membrane-voltage traces of
+Izhikevich neurons whose four parameters are the targets.
 """
 
 from __future__ import annotations
@@ -61,6 +63,38 @@ def cosmo_fields(n: int, side: int, channels: int, seed: int) -> tuple[np.ndarra
             noise = np.fft.fftn(rng.standard_normal((side, side, side)))
             x[i, c] = np.real(np.fft.ifftn(noise * np.sqrt(power))).astype(np.float32)
     return x, y
+
+
+def neuron_traces(n: int, steps: int, seed: int, dt: float = 0.25) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` voltage traces of Izhikevich neurons under a noisy step current, and their 4 parameters.
+
+    ``v' = 0.04 v^2 + 5 v + 140 - u + I``, ``u' = a (b v - u)``, and on a spike
+    (``v >= 30`` mV) ``v <- c``, ``u <- u + d``; ``(a, b, c, d)`` are drawn
+    around the regular-spiking values and returned scaled to ``[-1, 1]``.
+
+    Returns
+    -------
+    tuple
+        ``x`` of shape ``(n, 1, steps)`` float32 (mV / 100) and ``y`` of shape ``(n, 4)`` float32.
+    """
+    rng = np.random.default_rng(seed)
+    y = rng.uniform(-1, 1, size=(n, 4))
+    a = 0.02 + 0.01 * y[:, 0]
+    b = 0.2 + 0.03 * y[:, 1]
+    c = -65.0 + 5.0 * y[:, 2]
+    d = 8.0 + 4.0 * y[:, 3]
+    v = np.full(n, -65.0)
+    u = b * v
+    x = np.empty((n, 1, steps), dtype=np.float32)
+    for t in range(steps):
+        current = (10.0 if t > steps // 10 else 0.0) + rng.normal(0.0, 1.0, n)
+        v = v + dt * (0.04 * v * v + 5 * v + 140 - u + current)
+        u = u + dt * a * (b * v - u)
+        spike = v >= 30.0
+        x[:, 0, t] = np.where(spike, 30.0, v) / 100.0
+        v = np.where(spike, c, v)
+        u = np.where(spike, u + d, u)
+    return x, y.astype(np.float32)
 
 
 def write_shards(directory: str | Path, x: np.ndarray, y: np.ndarray, shards: int) -> list[Path]:

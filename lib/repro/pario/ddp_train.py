@@ -66,10 +66,31 @@ class CosmoNet(nn.Module):
         return self.head(self.features(x))
 
 
+class NeuronNet(nn.Module):
+    """A small 1-D CNN regressing the 4 parameters of a neuron from its voltage trace."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv1d(channels, 8, 9, stride=4, padding=4), nn.LeakyReLU(0.1),
+            nn.Conv1d(8, 16, 9, stride=4, padding=4), nn.LeakyReLU(0.1),
+            nn.AdaptiveAvgPool1d(8), nn.Flatten())
+        self.head = nn.Linear(16 * 8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Predicted parameters of a batch of traces."""
+        return self.head(self.features(x))
+
+
+def make_model(sample_ndim: int, channels: int) -> nn.Module:
+    """:class:`CosmoNet` for 3-D fields (4-D samples), :class:`NeuronNet` for traces (2-D samples)."""
+    return CosmoNet(channels) if sample_ndim == 4 else NeuronNet(channels)
+
+
 def _train_one(strategy: Strategy, job: dict[str, Any], paths: list[Path], sizes: list[int]) -> dict[str, Any]:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(job["seed"])
-    model = nn.parallel.DistributedDataParallel(CosmoNet(job["channels"]))
+    model = nn.parallel.DistributedDataParallel(make_model(len(job["sample_shape"]), job["sample_shape"][0]))
     opt = torch.optim.Adam(model.parameters(), lr=job["lr"])
     storage = EmulatedStorage(paths, job["latency"], job["bandwidth"])
     loader = BlockLoader(storage, job["batch"], strategy.threaded, job["seed"] + rank)
@@ -118,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     paths = [Path(p) for p in job["shards"]]
     sizes = shard_sizes(paths)
+    job["sample_shape"] = list(np.asarray(job["val_x"]).shape[1:])
     rows = [_train_one(Strategy(**s), job, paths, sizes) for s in job["strategies"]]
     gathered = comm.gather(rows, root=0)
     dist.destroy_process_group()
@@ -129,8 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def launch_training(job: dict[str, Any], procs: int = 2, timeout: float = 300.0) -> dict[str, Any]:
     """Train every strategy of ``job`` on ``procs`` processes; return rank 0's report.
 
-    ``job``: ``shards`` (paths), ``val_x``/``val_y`` (arrays), ``strategies`` (:class:`Strategy`),
-    ``epochs``, ``batch``, ``lr``, ``seed``, ``channels``, ``latency`` (s per read), ``bandwidth`` (bytes/s).
+    ``job``: ``shards`` (paths), ``val_x``/``val_y`` (arrays; their sample shape picks the model),
+    ``strategies`` (:class:`Strategy`), ``epochs``, ``batch``, ``lr``, ``seed``, ``latency`` (s per
+    read), ``bandwidth`` (bytes/s).
     """
     with tempfile.TemporaryDirectory(prefix="repro-ddp-") as tmp:
         val = Path(tmp, "val.npz")

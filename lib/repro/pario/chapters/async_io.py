@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from repro.pario.async_io import cosmo_fields, write_shards
+from repro.pario.async_io import cosmo_fields, neuron_traces, write_shards
 from repro.pario.ddp_train import launch_training, strategies
 
 SYNC = "synchronous"
@@ -31,10 +31,14 @@ class RunConfig:
 
     Attributes
     ----------
+    workload:
+        ``"cosmoflow"`` (3-D fields) or ``"neuron"`` (voltage traces).
     samples, val_samples:
         Training and validation samples.
     side, channels:
-        Field size (``side^3`` per channel) and channels.
+        Field size (``side^3`` per channel) and channels of the CosmoFlow-like fields.
+    trace_steps:
+        Time steps of a neuron trace.
     shards:
         HDF5 files the training samples are split into.
     batch, ks, epochs, lr:
@@ -45,10 +49,12 @@ class RunConfig:
         Data-parallel processes.
     """
 
+    workload: str
     samples: int
     val_samples: int
     side: int
     channels: int
+    trace_steps: int
     shards: int
     batch: int
     ks: tuple[int, ...]
@@ -78,17 +84,27 @@ class EpochRecord:
     samples: tuple[int, ...]
 
 
+def make_data(cfg: RunConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Training plus validation samples of the configured workload."""
+    n = cfg.samples + cfg.val_samples
+    if cfg.workload == "cosmoflow":
+        return cosmo_fields(n, cfg.side, cfg.channels, seed)
+    if cfg.workload == "neuron":
+        return neuron_traces(n, cfg.trace_steps, seed)
+    raise ValueError(f"unknown workload {cfg.workload!r}")
+
+
 def runs(cfg: RunConfig, latencies: list[float], seeds: list[int], timeout: float = 600.0) -> list[EpochRecord]:
     """Train every strategy for every latency and seed; one 2-process launch per (latency, seed)."""
     out = []
     for seed in seeds:
-        x, y = cosmo_fields(cfg.samples + cfg.val_samples, cfg.side, cfg.channels, seed)
+        x, y = make_data(cfg, seed)
         with tempfile.TemporaryDirectory(prefix="repro-asyncio-") as tmp:
             paths = write_shards(tmp, x[:cfg.samples], y[:cfg.samples], cfg.shards)
             for latency in tqdm(latencies, desc=f"training runs, seed {seed}"):
                 job = {"shards": paths, "val_x": x[cfg.samples:], "val_y": y[cfg.samples:],
                        "strategies": strategies(cfg.ks), "epochs": cfg.epochs, "batch": cfg.batch, "lr": cfg.lr,
-                       "seed": seed, "channels": cfg.channels, "latency": latency, "bandwidth": cfg.bandwidth}
+                       "seed": seed, "latency": latency, "bandwidth": cfg.bandwidth}
                 rep = launch_training(job, cfg.procs, timeout)
                 for rank, rows in enumerate(rep["ranks"]):
                     for row in rows:
