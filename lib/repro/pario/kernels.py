@@ -179,7 +179,6 @@ def to_schedule(table: RoundTable, counts: np.ndarray) -> Schedule:
     p, A = table.rounds.shape
     counts = np.asarray(counts, dtype=np.int64)
     blocks = tuple(int(c) for c in counts.ravel())
-    agg_of_rank = {r: a for a, r in enumerate(table.aggregators)}
     steps = []
     by_round: list[list[tuple[int, int]]] = [[] for _ in range(table.num_rounds)]
     for s, a in zip(*np.nonzero(table.rounds >= 0)):
@@ -192,7 +191,6 @@ def to_schedule(table: RoundTable, counts: np.ndarray) -> Schedule:
             recvs.setdefault(table.aggregators[a], []).append(Recv(s, (s * A + a,)))
         steps.append(tuple(Step(r, t, sends=tuple(sends.get(r, ())), recvs=tuple(recvs.get(r, ())))
                            for r in range(p)))
-    del agg_of_rank
     everything = tuple(range(len(blocks)))
     return Schedule(name=f"two-phase exchange, {table.kernel.label}", kind="all-to-many", p=p,
                     n=int(counts.sum()), block_lengths=blocks, input_blocks=everything,
