@@ -20,6 +20,7 @@ momentum and weight decay acts element by element, one
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -228,7 +229,8 @@ def evaluate(bank: ReplicaBank, x: torch.Tensor, y: torch.Tensor, group: int = 0
 
 
 def run_grouped(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-                plan: np.ndarray, lrs: np.ndarray, tau: int, step0: int = 0) -> np.ndarray:
+                plan: np.ndarray, lrs: np.ndarray, tau: int, step0: int = 0,
+                before_average: Callable[[ReplicaBank], None] | None = None) -> np.ndarray:
     """Train through a batch plan; average the groups every ``tau`` steps.
 
     Parameters
@@ -245,6 +247,8 @@ def run_grouped(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, 
         Local-SGD period in steps (averaging after global steps tau, 2 tau, ...).
     step0
         Global step number of the plan's first step (when a run is fed epoch by epoch).
+    before_average
+        Called with the bank just before each averaging (to measure the replicas' spread).
 
     Returns
     -------
@@ -256,5 +260,7 @@ def run_grouped(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, 
         it = torch.as_tensor(idx)
         out[t] = train_step(bank, opt, x[it], y[it], lr=float(lrs[t])).mean().item()
         if bank.topology.num_groups > 1 and (step0 + t + 1) % tau == 0:
+            if before_average is not None:
+                before_average(bank)
             bank.average_groups()
     return out
