@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from timing import timed
-
 from repro.bridge import BridgeSchedule
 from repro.medical.cpdm import BridgeSettings, MapChoice, attenuation_channel, condition_stack, train_translator
 from repro.medical.phantom import PhantomConfig, generate_set, normalise_ct, normalise_pet
@@ -20,6 +18,7 @@ from repro.medical.regression import train_regression
 from repro.medical.report_generator import ChannelScaling, GeneratorConfig, ReportGenerator, Vocabulary, train_generator
 from repro.medical.reports import render
 from repro.medical.unet import UNetConfig
+from timing import timed
 
 N_SLICES = 64
 BATCH = 32
@@ -36,7 +35,12 @@ def run() -> list[tuple[str, float, str]]:
     steps = N_SLICES // BATCH
     rows = []
     base = None
-    for name, maps in [("bridge alone", MapChoice()), ("+ attenuation", MapChoice(attenuation=True)), ("CPDM, both maps", MapChoice(True, True))]:
+    arms = [
+        ("bridge alone", MapChoice()),
+        ("+ attenuation", MapChoice(attenuation=True)),
+        ("CPDM, both maps", MapChoice(True, True)),
+    ]
+    for name, maps in arms:
         cond = condition_stack(maps, attenuation_channel(hu), attention)
         s = timed(lambda: train_translator(maps, ct01, pet01, cond, plain, settings, seed=0), 3) / steps
         base = base or s

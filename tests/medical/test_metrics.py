@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from repro.medical.metrics import PSNR_CAP, mae, psnr, score_translations, ssim
 
 

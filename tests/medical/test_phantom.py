@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from repro.medical.phantom import (
     KINDS,
     LUNG_SITES,

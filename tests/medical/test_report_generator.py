@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 import torch
-
 from repro.medical.phantom import PhantomConfig, generate_set, normalise_ct, normalise_pet
 from repro.medical.report_generator import (
     ChannelScaling,

@@ -1,7 +1,6 @@
 import unicodedata
 
 import pytest
-
 from repro.medical.phantom import PhantomConfig, generate_set
 from repro.medical.report_generator import Vocabulary
 from repro.medical.reports import (
@@ -65,7 +64,10 @@ def test_field_accuracy(cases):
     reports = [render(f) for f in cases]
     perfect = field_accuracy(reports, cases)
     assert perfect.position == perfect.kind == perfect.fdg == perfect.normal_cases == 1.0
-    flipped = [r.replace("không tăng", "TMP").replace("tăng chuyển hóa FDG", "không tăng chuyển hóa FDG").replace("TMP", "tăng") for r in reports]
+    flipped = [
+        r.replace("không tăng", "TMP").replace("tăng chuyển hóa FDG", "không tăng chuyển hóa FDG").replace("TMP", "tăng")
+        for r in reports
+    ]
     worse = field_accuracy(flipped, cases)
     assert worse.position == 1.0 and worse.fdg < 0.1  # only same-position pairs of opposite status can still match
     empty = field_accuracy([""] * len(cases), cases)

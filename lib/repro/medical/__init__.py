@@ -13,8 +13,8 @@ Core modules (used by both chapters):
   extractor, field accuracy, BLEU-4 (sacrebleu) and ROUGE-L (rouge-score).
 - :mod:`repro.medical.figures`: image panels shared by the chapters.
 
-Methods:
-
+Methods
+-------
 - :mod:`repro.medical.cpdm`: CPDM's attenuation and attention maps around the shared
   Brownian bridge (:mod:`repro.bridge`); without maps it is the BBDM backbone.
 - :mod:`repro.medical.regression`: the L1 regression UNet baseline.

@@ -185,7 +185,9 @@ def _profile(z: np.ndarray, start: float, ramp: float) -> np.ndarray:
     return np.sqrt(np.clip((z - start) / ramp, 0.0, 1.0))
 
 
-def _anatomy(z: np.ndarray, y: np.ndarray, x: np.ndarray, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+def _anatomy(
+    z: np.ndarray, y: np.ndarray, x: np.ndarray, rng: np.random.Generator
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Organ masks and per-case organ values on the grid."""
     s = rng.uniform(0.9, 1.02)
     body = _ellipse(x, y, 0.0, 0.0, 0.85 * s, 0.62 * s)
@@ -280,8 +282,14 @@ def generate(config: PhantomConfig, rng: np.random.Generator) -> Phantom:
     hu[masks["cortex"]], act[masks["cortex"]] = 1000.0, 0.4
     hu[masks["ribs"]], act[masks["ribs"]] = v["rib_hu"], 0.4
 
-    lesion_hu = {"right_lung": 30.0, "left_lung": 30.0, "liver": v["liver_hu"] - 20.0, "bone": 120.0, "mediastinal_node": v["tissue_hu"] + 5.0}
-    organ_act = {"right_lung": v["lung_act"], "left_lung": v["lung_act"], "liver": v["liver_act"], "bone": v["marrow_act"], "mediastinal_node": v["tissue_act"]}
+    lesion_hu = {
+        "right_lung": 30.0, "left_lung": 30.0, "liver": v["liver_hu"] - 20.0, "bone": 120.0,
+        "mediastinal_node": v["tissue_hu"] + 5.0,
+    }
+    organ_act = {
+        "right_lung": v["lung_act"], "left_lung": v["lung_act"], "liver": v["liver_act"], "bone": v["marrow_act"],
+        "mediastinal_node": v["tissue_act"],
+    }
 
     n_lesions = int(rng.integers(config.min_lesions, config.max_lesions + 1))
     weights = np.asarray(config.site_weights, dtype=float)

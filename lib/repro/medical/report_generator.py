@@ -228,11 +228,14 @@ def train_generator(
     return losses
 
 
-def generate_reports(model: ReportGenerator, vocab: Vocabulary, volumes: np.ndarray, max_len: int, batch_size: int = 64) -> list[str]:
+def generate_reports(
+    model: ReportGenerator, vocab: Vocabulary, volumes: np.ndarray, max_len: int, batch_size: int = 64
+) -> list[str]:
     """Greedy reports for volumes ``(n, 2, D, H, W)``."""
     model.eval()
     out: list[str] = []
     for start in range(0, len(volumes), batch_size):
-        ids = model.generate(torch.from_numpy(np.ascontiguousarray(volumes[start : start + batch_size], dtype=np.float32)), max_len)
+        batch = np.ascontiguousarray(volumes[start : start + batch_size], dtype=np.float32)
+        ids = model.generate(torch.from_numpy(batch), max_len)
         out.extend(vocab.decode(row) for row in ids)
     return out

@@ -111,7 +111,8 @@ class UNet(nn.Module):
         cfg = self.config
         if cfg.cond_channels:
             if cond is None or cond.shape[1] != cfg.cond_channels:
-                raise ValueError(f"this UNet needs {cfg.cond_channels} condition channels, got {None if cond is None else cond.shape[1]}")
+                got = None if cond is None else cond.shape[1]
+                raise ValueError(f"this UNet needs {cfg.cond_channels} condition channels, got {got}")
             x = torch.cat([x, cond.to(x.dtype)], dim=1)
         emb = None
         if self.emb_mlp is not None:

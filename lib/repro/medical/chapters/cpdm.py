@@ -274,7 +274,9 @@ def phantom_overview(params: CpdmParams, n: int = 4) -> tuple[plt.Figure, pd.Dat
     fig, axes = plt.subplots(2, n, figsize=(2.0 * n, 4.2), squeeze=False)
     for i in range(n):
         case = data.cases[i]
-        words = ", ".join(f"{les.site.replace('_', ' ')} {les.kind}{' (FDG+)' if les.fdg_avid else ''}" for les in case.findings.lesions)
+        words = ", ".join(
+            f"{les.site.replace('_', ' ')} {les.kind}{' (FDG+)' if les.fdg_avid else ''}" for les in case.findings.lesions
+        )
         show_ct(axes[0, i], normalise_ct(case.ct_hu[0]), words or "no lesion")
         show_pet(axes[1, i], normalise_pet(case.pet[0], params.suv_max), "", case.lesion_union[0])
     axes[0, 0].set_ylabel("CT")
@@ -308,7 +310,11 @@ def plot_translations(result: SeedResult) -> plt.Figure:
 
 def plot_ablation(results: list[SeedResult]) -> plt.Figure:
     """Bars (mean over seeds) and dots (seeds) of PSNR, SSIM and lesion MAE per arm."""
-    metrics = [("psnr", "PSNR, dB (higher better)"), ("ssim", "SSIM (higher better)"), ("lesion_mae", "MAE inside lesions, SUV (lower better)")]
+    metrics = [
+        ("psnr", "PSNR, dB (higher better)"),
+        ("ssim", "SSIM (higher better)"),
+        ("lesion_mae", "MAE inside lesions, SUV (lower better)"),
+    ]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
     x = np.arange(len(ARMS))
     for ax, (metric, label) in zip(axes, metrics):

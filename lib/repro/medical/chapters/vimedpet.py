@@ -266,7 +266,9 @@ def claims(results: list[SeedResult]) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims (ids as in ``chapters/vimedpet.yaml``)."""
     return {
         "finetune_bleu_gain": [100.0 * (r.arm("finetune_ctpet").bleu4 - r.arm("no_finetune").bleu4) for r in results],
-        "finetune_fields_gain": [100.0 * (r.arm("finetune_ctpet").fields.position - r.arm("no_finetune").fields.position) for r in results],
+        "finetune_fields_gain": [
+            100.0 * (r.arm("finetune_ctpet").fields.position - r.arm("no_finetune").fields.position) for r in results
+        ],
         "pet_fdg_gain": [100.0 * (r.arm("finetune_ctpet").fields.fdg - r.arm("finetune_ct_only").fields.fdg) for r in results],
         "lung_gap": [lung_gap(r.arm("finetune_ctpet").fields) for r in results],
     }
@@ -297,12 +299,16 @@ def volume_overview(params: VimedpetParams, n: int = 4) -> plt.Figure:
     """A few in-domain and general training volumes: coronal CT mean and PET maximum-intensity projection."""
     fig, axes = plt.subplots(2, 2 * n, figsize=(2.0 * n * 2, 3.6), squeeze=False)
     for row, (name, cfg, seed) in enumerate(
-        [("in-domain", in_domain_config(params), params.seeds[0]), ("general", general_config(params), GENERAL_SEED_OFFSET + params.seeds[0])]
+        [
+            ("in-domain", in_domain_config(params), params.seeds[0]),
+            ("general", general_config(params), GENERAL_SEED_OFFSET + params.seeds[0]),
+        ]
     ):
         data = generate_set(n, cfg, seed)
         x = volumes(data, params.suv_max)
         for i in range(n):
-            words = "; ".join(f"{les.site.replace('_', ' ')}{' FDG+' if les.fdg_avid else ''}" for les in data.cases[i].findings.lesions)
+            lesions = data.cases[i].findings.lesions
+            words = "; ".join(f"{les.site.replace('_', ' ')}{' FDG+' if les.fdg_avid else ''}" for les in lesions)
             show_ct(axes[row, 2 * i], x[i, 0].mean(axis=1)[::-1], f"{name}: {words or 'no lesion'}")
             show_pet(axes[row, 2 * i + 1], x[i, 1].max(axis=1)[::-1], "PET MIP")
     fig.tight_layout()
