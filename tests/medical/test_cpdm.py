@@ -14,7 +14,7 @@ from repro.medical.cpdm import (
 )
 from repro.medical.phantom import PhantomConfig, generate_set, hot_spot_mask, normalise_ct, normalise_pet
 from repro.medical.regression import predict, train_regression
-from repro.medical.unet import UNet, UNetConfig, dice_loss
+from repro.medical.unet import UNet, UNetConfig, dice_loss, load_unet, save_unet
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +80,13 @@ def test_translators_train_and_sample(slices):
     assert predict(reg, ct01[:5]).shape == (5, 16, 16)
     with pytest.raises(ValueError):
         train_regression(ct01, pet01, UNetConfig(base=4, n_timesteps=5), epochs=1, batch_size=8, lr=1e-3, seed=0)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    torch.manual_seed(0)
+    net = UNet(UNetConfig(cond_channels=1, base=4, levels=2, n_timesteps=20)).eval()
+    path = save_unet(net, tmp_path / "ckpt" / "net.pt", {"seed": 3, "params": {"lr": 0.1, "seeds": (0, 1)}})
+    again = load_unet(path)
+    x, t, c = torch.rand(2, 1, 8, 8), torch.tensor([1, 5]), torch.rand(2, 1, 8, 8)
+    with torch.no_grad():
+        assert torch.equal(net(x, t, c), again(x, t, c))

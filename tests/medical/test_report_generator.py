@@ -8,6 +8,8 @@ from repro.medical.report_generator import (
     ReportGenerator,
     Vocabulary,
     generate_reports,
+    load_generator,
+    save_generator,
     train_generator,
 )
 from repro.medical.reports import render
@@ -52,3 +54,16 @@ def test_unknown_tokens_map_to_unk():
     vocab = Vocabulary.build(["Nốt kích thước 25 mm ."])
     ids = vocab.encode(["Khối kích thước"], 6)
     assert ids[0, 1] == 3 and ids[0, 0] == 1 and ids[0, 4] == 2
+
+
+def test_generator_checkpoint_round_trip(data, tmp_path):
+    x, reports = data
+    vocab = Vocabulary.build(reports)
+    scaling = ChannelScaling.fit(x)
+    torch.manual_seed(0)
+    model = ReportGenerator(GeneratorConfig((8, 16, 16), len(vocab), (4, 8, 8), 32, 16)).eval()
+    path = save_generator(model, vocab, scaling, tmp_path / "gen.pt", {"seed": 0})
+    again, vocab2, scaling2 = load_generator(path)
+    assert vocab2 == vocab and scaling2 == scaling
+    z = scaling.apply(x[:3])
+    assert generate_reports(model, vocab, z, 20) == generate_reports(again, vocab2, scaling2.apply(x[:3]), 20)

@@ -12,7 +12,9 @@ cross-entropy, and decoded greedily.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -171,6 +173,46 @@ class ReportGenerator(nn.Module):
             tok = self.out(y).argmax(-1)
             out.append(tok)
         return torch.cat(out, dim=1).numpy()
+
+
+def save_generator(
+    model: ReportGenerator, vocab: Vocabulary, scaling: ChannelScaling, path: str | Path, meta: dict[str, Any]
+) -> Path:
+    """Write a checkpoint: weights, config, vocabulary, input scaling and ``meta`` (plain values only).
+
+    Parameters
+    ----------
+    model, vocab, scaling
+        What is needed to write reports for new volumes.
+    path
+        Destination file (its folder is created).
+    meta
+        Extra plain values (seed, parameters).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {"state_dict": model.state_dict(), "config": asdict(model.config), "vocabulary": list(vocab.tokens),
+         "scaling": asdict(scaling), **meta},
+        path,
+    )
+    return path
+
+
+def load_generator(path: str | Path) -> tuple[ReportGenerator, Vocabulary, ChannelScaling]:
+    """Rebuild what :func:`save_generator` wrote (model in eval mode), without retraining."""
+    ckpt = torch.load(Path(path), weights_only=True)
+    cfg = ckpt["config"]
+    config = GeneratorConfig(tuple(cfg["volume_shape"]), cfg["vocab_size"], tuple(cfg["channels"]), cfg["hidden"], cfg["embed"])
+    model = ReportGenerator(config)
+    model.load_state_dict(ckpt["state_dict"])
+    scaling = ChannelScaling(tuple(ckpt["scaling"]["mean"]), tuple(ckpt["scaling"]["std"]))
+    return model.eval(), Vocabulary(tuple(ckpt["vocabulary"])), scaling
 
 
 def train_generator(

@@ -15,7 +15,9 @@ compares conditioning and objective, not network size:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -158,3 +160,34 @@ def dice_loss(logits: torch.Tensor, target: torch.Tensor, eps: float = 1.0) -> t
     t = target.float().flatten(1)
     inter = (p * t).sum(1)
     return (1.0 - (2.0 * inter + eps) / (p.sum(1) + t.sum(1) + eps)).mean()
+
+
+def save_unet(net: UNet, path: str | Path, meta: dict[str, Any]) -> Path:
+    """Write a checkpoint: the weights, the :class:`UNetConfig` and ``meta`` (plain values only).
+
+    Parameters
+    ----------
+    net
+        The network.
+    path
+        Destination file (its folder is created).
+    meta
+        Extra plain values stored beside the weights (seed, parameters).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": net.state_dict(), "config": asdict(net.config), **meta}, path)
+    return path
+
+
+def load_unet(path: str | Path) -> UNet:
+    """Rebuild a network written by :func:`save_unet` (in eval mode), without retraining."""
+    ckpt = torch.load(Path(path), weights_only=True)
+    net = UNet(UNetConfig(**ckpt["config"]))
+    net.load_state_dict(ckpt["state_dict"])
+    return net.eval()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -35,7 +34,7 @@ from repro.medical.figures import show_ct, show_pet
 from repro.medical.metrics import TranslationScores, score_translations
 from repro.medical.phantom import PhantomConfig, generate_set, hot_spot_mask, normalise_ct, normalise_pet
 from repro.medical.regression import predict, train_regression
-from repro.medical.unet import UNetConfig
+from repro.medical.unet import UNetConfig, save_unet
 from repro.parallel import parallel_map
 
 ARMS = ("bbdm", "bbdm_attenuation", "bbdm_attention", "cpdm", "l1_unet")
@@ -170,12 +169,6 @@ def phantom_config(p: CpdmParams) -> PhantomConfig:
     )
 
 
-def _save(net: torch.nn.Module, path: Path, meta: dict[str, Any]) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": net.state_dict(), "config": asdict(net.config), **meta}, path)
-    return str(path)
-
-
 def run_seed(job: SeedJob) -> SeedResult:
     """Train and score every arm on one seed's phantoms (see the module docstring).
 
@@ -204,7 +197,7 @@ def run_seed(job: SeedJob) -> SeedResult:
         ct01[train], hot_spot_mask(pet01[train], p.hot_threshold), plain,
         epochs=p.seg_epochs, batch_size=p.batch_size, lr=p.lr, seed=seed,
     )
-    _save(seg, ckpt / f"segmenter_seed{seed}.pt", meta)
+    save_unet(seg, ckpt / f"segmenter_seed{seed}.pt", meta)
     attention = attention_channel(seg, ct01)
     predicted, hot = attention[test] > 0, hot_spot_mask(pet01[test], p.hot_threshold)
     seg_dice = float(2.0 * (predicted & hot).sum() / max(predicted.sum() + hot.sum(), 1))
@@ -227,7 +220,7 @@ def run_seed(job: SeedJob) -> SeedResult:
             net = train_translator(maps, ct01[train], pet01[train], None if cond is None else cond[train], plain, settings, seed)
             seconds = time.perf_counter() - start
             estimate = translate(net, ct01[test], None if cond is None else cond[test], settings, seed)
-        path = _save(net, ckpt / f"{arm}_seed{seed}.pt", meta)
+        path = str(save_unet(net, ckpt / f"{arm}_seed{seed}.pt", meta))
         results.append(ArmResult(arm, seed, score_translations(pet01[test], estimate, test_masks, p.suv_max), seconds, path))
         predictions[arm] = estimate[: p.n_examples]
     k = slice(p.n_train, p.n_train + p.n_examples)

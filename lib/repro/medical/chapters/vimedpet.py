@@ -17,7 +17,6 @@ import copy
 import textwrap
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -32,6 +31,7 @@ from repro.medical.report_generator import (
     ReportGenerator,
     Vocabulary,
     generate_reports,
+    save_generator,
     train_generator,
 )
 from repro.medical.reports import FieldScores, bleu4, field_accuracy, render, rouge_l
@@ -180,16 +180,6 @@ def blank_pet(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _save(model: ReportGenerator, vocab: Vocabulary, scaling: ChannelScaling, path: Path, meta: dict[str, Any]) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {"state_dict": model.state_dict(), "config": asdict(model.config), "vocabulary": list(vocab.tokens),
-         "scaling": asdict(scaling), **meta},
-        path,
-    )
-    return str(path)
-
-
 def run_seed(job: SeedJob) -> SeedResult:
     """Pre-train, fine-tune and score the three arms on one seed's phantoms.
 
@@ -238,7 +228,7 @@ def run_seed(job: SeedJob) -> SeedResult:
     for arm in ARMS:
         reports = generate_reports(models[arm], vocab, inputs[arm], p.max_len)
         generated[arm] = reports
-        path = _save(models[arm], vocab, scaling, ckpt / f"{arm}_seed{seed}.pt", meta)
+        path = str(save_generator(models[arm], vocab, scaling, ckpt / f"{arm}_seed{seed}.pt", meta))
         results.append(ArmResult(arm, seed, bleu4(reports, test_reports), rouge_l(reports, test_reports),
                                  field_accuracy(reports, test_truth), path))
     raw = volumes(domain, p.suv_max)[p.n_train : p.n_train + p.n_examples]
