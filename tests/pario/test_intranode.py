@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from repro.pario import decomp as dc
+from repro.pario.exchange_sim import irregular_pattern
 from repro.pario.intranode import IntraNodeLayout, ina_aggregators, ina_counts, merge_requests
+from repro.pario.kernels import EndpointModel
 from repro.pario.mpi_worker import launch
+from repro.pario.tam_model import NodeConstants, plain_time, tam_time
 from repro.pario.twophase import exchange_plan
 
 
@@ -78,3 +81,14 @@ def test_tam_irregular_sixteen_ranks() -> None:
            "kernels": [], "repeats": 1, "tam": {"ranks_per_node": 8, "per_node": [1, 2, 8]}}
     report = launch(16, job, timeout=180)
     assert all(t["identical_to_mpi"] and t["read_back_ok"] for t in report["tam"])
+
+
+def test_tam_model_with_every_rank_an_ina_is_plain_two_phase() -> None:
+    from_pattern = irregular_pattern(256, 16, 4096, 64, seed=0)
+    model = EndpointModel(alpha=1e-6, bandwidth=1e10, o0=2e-7, o1=1e-9)
+    node = NodeConstants(alpha_shm=5e-7, memory_bandwidth=2e10, merge=2e-8)
+    same = tam_time(from_pattern, IntraNodeLayout(256, 16, 16), model, node)
+    assert same.layer1 == 0.0 and same.layer2 == pytest.approx(plain_time(from_pattern, model))
+    # one INA per node: layer 2 has 16 senders, so each aggregator posts at most 15 receives
+    fewer = tam_time(from_pattern, IntraNodeLayout(256, 16, 1), model, node)
+    assert fewer.layer1 > 0 and fewer.layer2 < same.layer2

@@ -21,7 +21,7 @@ import numpy as np
 from repro.collectives.platforms import Platform
 from repro.pario.exchange_sim import Pattern, SimPoint, simulate_kernel
 from repro.pario.intranode import IntraNodeLayout, ina_aggregators, ina_counts
-from repro.pario.kernels import UNORDERED_TEXT, EndpointModel, round_loads, round_table
+from repro.pario.kernels import UNORDERED_TEXT, EndpointModel, RoundLoads, round_loads, round_table
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,14 @@ class TamTime:
         return self.layer1 + self.layer2
 
 
+def plain_loads(pattern: Pattern) -> RoundLoads:
+    """Round loads of plain two-phase I/O's unordered exchange (every rank sends)."""
+    return round_loads(round_table(UNORDERED_TEXT, pattern.counts, pattern.aggregators), pattern.counts)
+
+
 def plain_time(pattern: Pattern, model: EndpointModel) -> float:
     """Unordered exchange of plain two-phase I/O (every rank sends), seconds."""
-    table = round_table(UNORDERED_TEXT, pattern.counts, pattern.aggregators)
-    return round_loads(table, pattern.counts).time(model)
+    return plain_loads(pattern).time(model)
 
 
 def layer1_time(pattern: Pattern, layout: IntraNodeLayout, model: EndpointModel, node: NodeConstants) -> float:
@@ -83,11 +87,20 @@ def layer2_pattern(pattern: Pattern, layout: IntraNodeLayout) -> Pattern:
     return Pattern(counts.shape[0], tuple(ina_aggregators(layout)), counts, pieces)
 
 
-def tam_time(pattern: Pattern, layout: IntraNodeLayout, model: EndpointModel, node: NodeConstants) -> TamTime:
-    """Modelled TAM communication time: layer 1 (intra-node) and layer 2 (unordered, INAs only)."""
+def layer2_loads(pattern: Pattern, layout: IntraNodeLayout) -> RoundLoads:
+    """Round loads of TAM's layer 2 (the INAs' unordered exchange)."""
     inter = layer2_pattern(pattern, layout)
-    table = round_table(UNORDERED_TEXT, inter.counts, inter.aggregators)
-    return TamTime(layer1_time(pattern, layout, model, node), round_loads(table, inter.counts).time(model))
+    return round_loads(round_table(UNORDERED_TEXT, inter.counts, inter.aggregators), inter.counts)
+
+
+def tam_time(pattern: Pattern, layout: IntraNodeLayout, model: EndpointModel, node: NodeConstants,
+             loads: RoundLoads | None = None) -> TamTime:
+    """Modelled TAM communication time: layer 1 (intra-node) and layer 2 (unordered, INAs only).
+
+    ``loads`` are :func:`layer2_loads` of the same pattern and layout, when already computed.
+    """
+    loads = layer2_loads(pattern, layout) if loads is None else loads
+    return TamTime(layer1_time(pattern, layout, model, node), loads.time(model))
 
 
 def simulate_layer2(pattern: Pattern, layout: IntraNodeLayout, platform: Platform) -> SimPoint:

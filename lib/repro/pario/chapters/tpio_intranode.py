@@ -26,7 +26,7 @@ from repro.pario.exchange_sim import DragonflyConstants, irregular_pattern, plat
 from repro.pario.intranode import IntraNodeLayout
 from repro.pario.kernels import UNORDERED_TEXT, EndpointModel
 from repro.pario.mpi_worker import launch
-from repro.pario.tam_model import NodeConstants, plain_time, simulate_layer2, tam_time
+from repro.pario.tam_model import NodeConstants, layer2_loads, plain_loads, simulate_layer2, tam_time
 
 PLAIN = "two-phase"
 
@@ -147,14 +147,17 @@ def model_runs(cfg: ScaleConfig, seeds: list[int]) -> pd.DataFrame:
         p = nodes * ppn
         for seed in seeds:
             pat = irregular_pattern(p, ppn, cfg.bytes_per_rank, cfg.mean_run, seed)
+            plain = plain_loads(pat)
+            layouts = {k: IntraNodeLayout(p, ppn, k) for k in cfg.model_per_node}
+            inter = {k: layer2_loads(pat, lay) for k, lay in layouts.items()}
             for o0 in o0s:
                 for o1 in o1s:
                     m = EndpointModel(cfg.model.alpha, cfg.model.bandwidth, o0, o1)
                     base = dict(nodes=nodes, p=p, seed=seed, o0=o0, o1=o1)
-                    t = plain_time(pat, m)
+                    t = plain.time(m)
                     rows.append(base | dict(method=PLAIN, per_node=ppn, layer1_s=0.0, layer2_s=t, total_s=t))
                     for k in cfg.model_per_node:
-                        tt = tam_time(pat, IntraNodeLayout(p, ppn, k), m, cfg.node)
+                        tt = tam_time(pat, layouts[k], m, cfg.node, inter[k])
                         rows.append(base | dict(method=f"TAM k={k}", per_node=k, layer1_s=tt.layer1,
                                                 layer2_s=tt.layer2, total_s=tt.total))
     return pd.DataFrame(rows)
