@@ -3,10 +3,10 @@
 Per seed: a "general" phantom distribution (another scanner calibration and
 a different mix of lesion sites) stands in for the data a vision-language
 model saw before ViMed-PET, and an in-domain distribution for ViMed-PET
-itself.  A report generator is pre-trained on the general data
-(the **no fine-tuning** arm), then fine-tuned on in-domain CT+PET (the
-**in-domain CT+PET** arm) or on in-domain CT with the PET channel blanked
-(the **CT only** arm).  All three write reports for the same in-domain test
+itself.  A report generator is pre-trained on the general CT+PET data
+(the **no fine-tuning** arm) and then fine-tuned on in-domain CT+PET (the
+**in-domain CT+PET** arm); a second generator sees the CT only, with the PET
+channel blanked, in pre-training and in fine-tuning (the **CT only** arm).  All three write reports for the same in-domain test
 volumes, scored by BLEU-4, ROUGE-L and per-field clinical accuracy read by
 the rule-based extractor.  Networks are saved under ``output_dir/checkpoints/``.
 """
@@ -147,7 +147,7 @@ class SeedResult:
     seed: int
     arms: tuple[ArmResult, ...]
     examples: tuple[ReportExample, ...]
-    pretrain_loss: tuple[float, ...]
+    pretrain_loss: tuple[float, ...]  # of the CT+PET generator
 
     def arm(self, name: str) -> ArmResult:
         """The result of arm ``name``."""
@@ -208,18 +208,22 @@ def run_seed(job: SeedJob) -> SeedResult:
     x_train, x_test = x_domain[: p.n_train], x_domain[p.n_train :]
     ckpt, meta = Path(job.checkpoint_dir), {"seed": seed, "params": asdict(p)}
 
-    torch.manual_seed(seed)
     config = GeneratorConfig((p.depth, p.size, p.size), len(vocab), p.channels, p.hidden, p.embed)
-    pretrained = ReportGenerator(config)
-    loss = train_generator(pretrained, x_general, vocab.encode(general_reports, p.max_len + 1), epochs=p.pretrain_epochs,
-                           batch_size=p.batch_size, lr=p.lr, seed=seed, desc="pre-training (general data)")
+    general_ids = vocab.encode(general_reports, p.max_len + 1)
+    pretrained, losses = {}, {}
+    for variant, x_pre in (("ctpet", x_general), ("ct_only", blank_pet(x_general))):
+        torch.manual_seed(seed)
+        pretrained[variant] = ReportGenerator(config)
+        losses[variant] = train_generator(pretrained[variant], x_pre, general_ids, epochs=p.pretrain_epochs,
+                                          batch_size=p.batch_size, lr=p.lr, seed=seed, desc=f"pre-training ({variant})")
+    save_generator(pretrained["ct_only"], vocab, scaling, ckpt / f"pretrained_ct_only_seed{seed}.pt", meta)
     train_ids = vocab.encode(train_reports, p.max_len + 1)
-    models, inputs = {"no_finetune": pretrained}, {"no_finetune": x_test}
-    for arm, (fit_x, eval_x) in {
-        "finetune_ct_only": (blank_pet(x_train), blank_pet(x_test)),
-        "finetune_ctpet": (x_train, x_test),
+    models, inputs = {"no_finetune": pretrained["ctpet"]}, {"no_finetune": x_test}
+    for arm, (start, fit_x, eval_x) in {
+        "finetune_ct_only": (pretrained["ct_only"], blank_pet(x_train), blank_pet(x_test)),
+        "finetune_ctpet": (pretrained["ctpet"], x_train, x_test),
     }.items():
-        model = copy.deepcopy(pretrained)
+        model = copy.deepcopy(start)
         train_generator(model, fit_x, train_ids, epochs=p.finetune_epochs, batch_size=p.batch_size, lr=p.lr,
                         seed=seed + 1, desc=f"fine-tuning ({arm})")
         models[arm], inputs[arm] = model, eval_x
@@ -236,7 +240,7 @@ def run_seed(job: SeedJob) -> SeedResult:
         ReportExample(raw[i, 0].mean(axis=1), raw[i, 1].max(axis=1), test_reports[i], {a: generated[a][i] for a in ARMS})
         for i in range(len(raw))
     )
-    return SeedResult(seed, tuple(results), examples, tuple(loss))
+    return SeedResult(seed, tuple(results), examples, tuple(losses["ctpet"]))
 
 
 def sweep(params: VimedpetParams, output_dir: str | Path) -> list[SeedResult]:
