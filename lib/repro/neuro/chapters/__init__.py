@@ -1,0 +1,1 @@
+"""Chapter drivers of the neuro family (one module per chapter)."""

@@ -1,0 +1,227 @@
+"""Chapter ``simeuro``: a converted SNN simulated on a crossbar chip with RRAM, ADC and a mesh NoC.
+
+:func:`run_seed` trains the ANN, converts it, runs the monolithic torch
+reference, runs the ideal chip partitioned over worker processes (checking
+bitwise equality and the packet count), and sweeps RRAM levels and device
+variation for accuracy.  :func:`claims` reads the records; the paper-scale
+time is extrapolated by :func:`modelled_minutes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+
+from repro.datasets import load_digits
+from repro.neuro import convert as cv
+from repro.neuro.core import DeviceModel
+from repro.neuro.simulate import ChipConfig, build_chip, chip_run, reference_run
+
+
+@dataclass(frozen=True)
+class SimeuroConfig:
+    """The chapter's settings (names as in its registry schema)."""
+
+    hidden: tuple[int, ...]
+    epochs: int
+    percentile: float
+    weight_scale: int
+    ticks: int
+    n_test: int
+    axons: int
+    neurons: int
+    mesh: tuple[int, int]
+    placement: str
+    levels: tuple[int, ...]
+    sigmas: tuple[float, ...]
+    adc_bits: int
+    workers: int
+    energy_pj: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """Accuracy of the chip under one device model."""
+
+    levels: int
+    sigma: float
+    accuracy: float
+
+
+@dataclass(frozen=True)
+class SeedRecord:
+    """Everything one seed measured.
+
+    Attributes
+    ----------
+    ann_accuracy, reference_accuracy, ideal_accuracy
+        The ANN, the torch SNN reference and the ideal chip on the test images.
+    adc_accuracy
+        The chip with ideal weights and an ``adc_bits`` ADC.
+    spike_mismatches
+        Spike-train entries where the partitioned chip differs from the reference.
+    packet_error
+        ``|spike packets - spikes x destination cores| + |link traversals - hops|``.
+    synaptic_events, spike_packets, partial_packets, hops, max_link_load, spikes
+        Ideal chip statistics over all test images.
+    cores, synapses_per_core
+        Cores used and crossbar size.
+    core_seconds, wall_seconds
+        Core-phase and whole-loop (core and NoC phases) wall time of the single-process ideal run.
+    grid
+        Accuracy over RRAM levels and variation.
+    """
+
+    seed: int
+    ann_accuracy: float
+    reference_accuracy: float
+    ideal_accuracy: float
+    adc_accuracy: float
+    spike_mismatches: int
+    packet_error: int
+    synaptic_events: int
+    spike_packets: int
+    partial_packets: int
+    hops: int
+    max_link_load: int
+    spikes: int
+    cores: int
+    synapses_per_core: int
+    core_seconds: float
+    wall_seconds: float
+    grid: tuple[GridPoint, ...]
+
+
+def run_seed(cfg: SimeuroConfig, seed: int) -> SeedRecord:
+    """Train, convert, simulate and sweep the device models for one seed."""
+    torch.set_num_threads(1)
+    data = load_digits(seed=seed)
+    model = cv.train_mlp(data, list(cfg.hidden), cfg.epochs, seed)
+    net = cv.convert(model, data.x_train, cfg.percentile, cfg.weight_scale)
+    x = cv.input_spikes(data.x_test[: cfg.n_test], cfg.ticks)
+    y = data.y_test[: cfg.n_test]
+    ref = reference_run(net, x)
+    base = ChipConfig(cfg.axons, cfg.neurons, cfg.mesh, cfg.placement)
+    ideal_chip = build_chip(net, base, seed)
+    ideal = chip_run(ideal_chip, x, workers=1)
+    parted = chip_run(ideal_chip, x, workers=cfg.workers)
+    mism = sum(int((a != b).sum()) for a, b in zip(parted.spikes, ref.spikes))
+    mism += sum(int((a != b).sum()) for a, b in zip(ideal.spikes, ref.spikes))
+    perr = abs(parted.spike_packets - parted.expected_spike_packets) + abs(parted.link_traversals - parted.hops)
+    grid = []
+    for levels in cfg.levels:
+        for sigma in cfg.sigmas:
+            chip = build_chip(net, ChipConfig(cfg.axons, cfg.neurons, cfg.mesh, cfg.placement,
+                                              DeviceModel(levels=levels, sigma=sigma)), seed)
+            grid.append(GridPoint(levels, sigma, float((chip_run(chip, x).predictions() == y).mean())))
+    adc_chip = build_chip(net, ChipConfig(cfg.axons, cfg.neurons, cfg.mesh, cfg.placement,
+                                          DeviceModel(adc_bits=cfg.adc_bits)), seed)
+    return SeedRecord(
+        seed, cv.ann_accuracy(model, data, cfg.n_test), float((ref.predictions() == y).mean()),
+        float((ideal.predictions() == y).mean()), float((chip_run(adc_chip, x).predictions() == y).mean()),
+        mism, perr, ideal.synaptic_events, ideal.spike_packets, ideal.partial_packets, ideal.hops,
+        ideal.max_link_load, int(sum(s.sum() for s in ideal.spikes)), len(ideal_chip.tiles), cfg.axons * cfg.neurons,
+        ideal.core_seconds, ideal.wall_seconds, tuple(grid))
+
+
+def energy_breakdown(rec: SeedRecord, energy_pj: tuple[float, float, float], n_images: int) -> dict[str, float]:
+    """Modelled energy per image (nJ): synaptic events, spike generation and packet hops (constants assumed)."""
+    syn, spk, hop = energy_pj
+    return {"synaptic events": rec.synaptic_events * syn / 1e3 / n_images,
+            "spikes": rec.spikes * spk / 1e3 / n_images,
+            "NoC hops": (rec.hops) * hop / 1e3 / n_images}
+
+
+@dataclass(frozen=True)
+class PaperScale:
+    """The paper-scale run the model extrapolates to (cores, crossbar synapses, ticks, inputs, GPUs)."""
+
+    cores: int
+    synapses: int
+    ticks: int
+    images: int
+    devices: int
+
+
+def modelled_minutes(rec: SeedRecord, cfg: SimeuroConfig, scale: PaperScale, device_speedup: float) -> float:
+    """Minutes to simulate ``scale`` on its devices.
+
+    Model: the measured seconds per synapse, tick and image of the whole tick
+    loop (core and NoC phases) on one CPU process here, times the paper-scale
+    synapse-ticks and inputs, divided by the devices and by each device's
+    assumed speed-up over one CPU process here (perfect scaling across devices).
+    """
+    per_synapse_tick = rec.wall_seconds / (rec.cores * rec.synapses_per_core * cfg.ticks * cfg.n_test)
+    work = scale.cores * scale.synapses * scale.ticks * scale.images
+    return per_synapse_tick * work / (scale.devices * device_speedup) / 60.0
+
+
+def grid_frame(records: list[SeedRecord]) -> pd.DataFrame:
+    """Accuracy per seed, RRAM levels and variation."""
+    return pd.DataFrame([{"seed": r.seed, **g.__dict__} for r in records for g in r.grid])
+
+
+def claims(records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperScale, device_speedup: float
+           ) -> dict[str, list[float]]:
+    """Per-seed values of the chapter's claims (see its registry file)."""
+    grid = grid_frame(records)
+    lo, hi = min(cfg.levels), max(cfg.levels)
+    s_lo, s_hi = min(cfg.sigmas), max(cfg.sigmas)
+
+    def acc(seed: int, levels: int, sigma: float) -> float:
+        return float(grid[(grid.seed == seed) & (grid.levels == levels) & (grid.sigma == sigma)].accuracy.iloc[0])
+
+    return {
+        "partition_exact": [float(r.spike_mismatches) for r in records],
+        "packets_match": [float(r.packet_error) for r in records],
+        "conversion_gap": [100.0 * (r.ann_accuracy - r.ideal_accuracy) for r in records],
+        "rram_levels_drop": [100.0 * (acc(r.seed, hi, s_lo) - acc(r.seed, lo, s_lo)) for r in records],
+        "variation_drop": [100.0 * (acc(r.seed, hi, s_lo) - acc(r.seed, hi, s_hi)) for r in records],
+        "paper_scale_minutes": [modelled_minutes(r, cfg, scale, device_speedup) for r in records],
+    }
+
+
+def accuracy_figure(records: list[SeedRecord], ideal: float) -> plt.Figure:
+    """Test accuracy against RRAM levels, one line per variation sigma (mean over seeds), the ideal chip dashed."""
+    grid = grid_frame(records).groupby(["sigma", "levels"]).accuracy.agg(["mean", "std"]).reset_index()
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for sigma, g in grid.groupby("sigma"):
+        ax.errorbar(g.levels, 100 * g["mean"], yerr=100 * g["std"].fillna(0.0), marker="o", capsize=3,
+                    label=f"variation sigma = {sigma:g}")
+    ax.axhline(100 * ideal, color="k", ls="--", label="ideal weights")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("RRAM conductance levels")
+    ax.set_ylabel("test accuracy, %")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def energy_figure(records: list[SeedRecord], cfg: SimeuroConfig) -> plt.Figure:
+    """Modelled energy per image by component (mean over seeds)."""
+    parts = pd.DataFrame([energy_breakdown(r, cfg.energy_pj, cfg.n_test) for r in records]).mean()
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.bar(parts.index, parts.values, color=["tab:blue", "tab:orange", "tab:green"])
+    ax.set_ylabel("modelled energy per image (nJ)")
+    fig.tight_layout()
+    return fig
+
+
+def minutes_figure(records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperScale, speedups: list[float],
+                   limit: float) -> plt.Figure:
+    """Modelled paper-scale minutes against the assumed per-device speed-up, with the claim's limit."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    vals = [[modelled_minutes(r, cfg, scale, s) for r in records] for s in speedups]
+    ax.plot(speedups, [np.mean(v) for v in vals], marker="o")
+    ax.axhline(limit, color="tab:red", ls="--", label=f"'a few minutes' (< {limit:g})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("assumed speed-up of one GPU over one CPU process here")
+    ax.set_ylabel("modelled minutes")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,114 @@
+"""Tiling of a layered network onto crossbar cores, placement on a 2D mesh, and XY-routed packet counts.
+
+A layer with ``fan_in`` inputs and ``fan_out`` neurons is cut into tiles of at
+most ``axons x neurons`` synapses: tile ``(layer, in_block, out_block)``.  The
+tiles of one ``(layer, out_block)`` form a *group*: they share the group's
+neurons, whose membranes live in the group's *home* tile (``in_block = 0``);
+the other tiles send it their partial currents every tick.  A spike of a
+neuron is sent as one packet to every core whose axons it feeds (one unicast
+per destination core).  Packets follow XY routing on the mesh: along x first,
+then along y, so a packet takes ``|dx| + |dy|`` hops.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One crossbar core: rows ``in_lo:in_hi`` of layer ``layer``'s inputs, columns ``out_lo:out_hi``."""
+
+    layer: int
+    in_block: int
+    out_block: int
+    in_lo: int
+    in_hi: int
+    out_lo: int
+    out_hi: int
+
+
+def tile_network(sizes: list[int], axons: int, neurons: int) -> list[Tile]:
+    """Tiles of every layer of a network with population sizes ``sizes`` (inputs first), in layer order."""
+    tiles = []
+    for layer, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        for ob in range(math.ceil(fan_out / neurons)):
+            for ib in range(math.ceil(fan_in / axons)):
+                tiles.append(Tile(layer, ib, ob, ib * axons, min((ib + 1) * axons, fan_in), ob * neurons,
+                                  min((ob + 1) * neurons, fan_out)))
+    return tiles
+
+
+def place(n_cores: int, mesh: tuple[int, int], order: str = "sequential", seed: int = 0) -> np.ndarray:
+    """``(n_cores, 2)`` mesh coordinates: row-major in tile order (``sequential``) or a random permutation (``random``).
+
+    Raises
+    ------
+    ValueError
+        If the mesh has fewer positions than cores.
+    """
+    width, height = mesh
+    if n_cores > width * height:
+        raise ValueError(f"{n_cores} cores do not fit on a {width}x{height} mesh")
+    slots = np.arange(width * height)
+    if order == "random":
+        slots = np.random.default_rng(seed).permutation(slots)
+    elif order != "sequential":
+        raise ValueError(f"placement must be 'sequential' or 'random', got {order!r}")
+    chosen = slots[:n_cores]
+    return np.stack([chosen % width, chosen // width], axis=1)
+
+
+def xy_route(src: tuple[int, int], dst: tuple[int, int]) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The directed links of the XY route from ``src`` to ``dst`` (x first, then y)."""
+    (x, y), (x1, y1) = src, dst
+    links = []
+    while x != x1:
+        nx_ = x + (1 if x1 > x else -1)
+        links.append(((x, y), (nx_, y)))
+        x = nx_
+    while y != y1:
+        ny = y + (1 if y1 > y else -1)
+        links.append(((x, y), (x, ny)))
+        y = ny
+    return links
+
+
+@dataclass
+class TrafficCounter:
+    """Packets between core pairs, accumulated over ticks, then turned into hop and link statistics."""
+
+    coords: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.coords)
+        self.pairs = np.zeros((n, n), dtype=np.int64)
+
+    def add(self, src: int, dst: np.ndarray, packets: np.ndarray | int) -> None:
+        """Add ``packets`` packets from core ``src`` to each core in ``dst``."""
+        np.add.at(self.pairs, (src, dst), packets)
+
+    @property
+    def packets(self) -> int:
+        """Packets sent."""
+        return int(self.pairs.sum())
+
+    def hop_matrix(self) -> np.ndarray:
+        """Manhattan distance between every pair of cores."""
+        return np.abs(self.coords[:, None, :] - self.coords[None, :, :]).sum(-1)
+
+    @property
+    def hops(self) -> int:
+        """Sum of the hop counts of all packets."""
+        return int((self.pairs * self.hop_matrix()).sum())
+
+    def link_loads(self) -> dict[tuple[tuple[int, int], tuple[int, int]], int]:
+        """Packets that crossed each directed link (XY routing)."""
+        loads: dict = {}
+        for s, d in zip(*np.nonzero(self.pairs)):
+            for link in xy_route(tuple(self.coords[s]), tuple(self.coords[d])):
+                loads[link] = loads.get(link, 0) + int(self.pairs[s, d])
+        return loads

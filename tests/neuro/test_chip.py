@@ -1,0 +1,97 @@
+"""Neuromorphic chip simulation: partitioned == monolithic, consistent NoC counts, exact ideal devices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from repro.neuro import convert as cv
+from repro.neuro.core import DeviceModel, adc, program
+from repro.neuro.mapping import TrafficCounter, place, tile_network, xy_route
+from repro.neuro.simulate import ChipConfig, build_chip, chip_run, reference_run
+
+
+@pytest.fixture(scope="module")
+def network():
+    rng = np.random.default_rng(0)
+    sizes = [20, 45, 30, 7]
+    weights = tuple(np.round(rng.normal(0, 40, size=(a, b))) for a, b in zip(sizes[:-1], sizes[1:]))
+    biases = tuple(np.round(rng.normal(5, 10, size=b)) for b in sizes[1:])
+    return cv.SpikingNetwork(weights, biases, 100.0)
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return cv.input_spikes(np.random.default_rng(1).random((6, 20)), ticks=12)
+
+
+def test_partitioned_chip_equals_the_monolithic_reference(network, inputs):
+    ref = reference_run(network, inputs)
+    chip = build_chip(network, ChipConfig(8, 16, (5, 6)), seed=0)
+    assert sum(int(s.sum()) for s in ref.spikes) > 0
+    for workers in (1, 3):
+        run = chip_run(chip, inputs, workers=workers)
+        for a, b in zip(run.spikes, ref.spikes):
+            assert np.array_equal(a, b)
+
+
+def test_packets_equal_spikes_times_destination_cores(network, inputs):
+    chip = build_chip(network, ChipConfig(8, 16, (5, 6), placement="random"), seed=3)
+    run = chip_run(chip, inputs)
+    expected = 0
+    for layer, spikes in enumerate(run.spikes[:-1]):
+        for cores, lo, hi in chip.destinations(layer + 1):
+            expected += int(spikes[:, :, lo:hi].sum()) * len(cores)
+    assert run.spike_packets == expected == run.expected_spike_packets
+    assert run.link_traversals == run.hops and run.hops > 0
+
+
+def test_hops_are_manhattan_distances():
+    coords = place(6, (3, 3), "random", seed=2)
+    counter = TrafficCounter(coords)
+    counter.add(0, np.array([1, 5]), 3)
+    counter.add(4, np.array([0]), 2)
+    manhattan = lambda a, b: int(np.abs(coords[a] - coords[b]).sum())  # noqa: E731
+    assert counter.hops == 3 * manhattan(0, 1) + 3 * manhattan(0, 5) + 2 * manhattan(4, 0)
+    assert sum(counter.link_loads().values()) == counter.hops
+    for (sx, sy), (dx, dy) in [((0, 0), (2, 3)), ((3, 1), (0, 0)), ((1, 1), (1, 1))]:
+        route = xy_route((sx, sy), (dx, dy))
+        assert len(route) == abs(dx - sx) + abs(dy - sy)
+        assert all(abs(a[0] - b[0]) + abs(a[1] - b[1]) == 1 for a, b in route)
+
+
+def test_tiles_cover_every_synapse_once():
+    sizes = [64, 100, 10]
+    tiles = tile_network(sizes, 32, 32)
+    for layer, (fi, fo) in enumerate(zip(sizes[:-1], sizes[1:])):
+        cover = np.zeros((fi, fo), dtype=int)
+        for t in tiles:
+            if t.layer == layer:
+                assert t.in_hi - t.in_lo <= 32 and t.out_hi - t.out_lo <= 32
+                cover[t.in_lo:t.in_hi, t.out_lo:t.out_hi] += 1
+        assert (cover == 1).all()
+    with pytest.raises(ValueError):
+        place(17, (4, 4))
+
+
+def test_ideal_devices_are_exact_and_constrained_ones_are_not():
+    w = np.round(np.random.default_rng(0).normal(0, 50, size=(16, 8)))
+    rng = np.random.default_rng(0)
+    assert np.array_equal(program(w, DeviceModel(), rng), w)
+    assert np.array_equal(adc(w, DeviceModel(), 100.0), w)
+    assert not np.array_equal(program(w, DeviceModel(levels=4), rng), w)
+    assert not np.array_equal(program(w, DeviceModel(sigma=0.1), rng), w)
+    q = program(w, DeviceModel(levels=5), rng)
+    assert len(np.unique(np.abs(q))) <= 3
+
+
+def test_constraints_change_the_spikes(network, inputs):
+    ref = reference_run(network, inputs)
+    chip = build_chip(network, ChipConfig(8, 16, (5, 6), device=DeviceModel(levels=3)), seed=0)
+    run = chip_run(chip, inputs)
+    assert any(not np.array_equal(a, b) for a, b in zip(run.spikes, ref.spikes))
+
+
+def test_rate_coding_and_integer_conversion():
+    spikes = cv.input_spikes(np.array([[0.0, 0.25, 1.0]]), ticks=8)
+    assert spikes[:, 0].sum(axis=0).tolist() == [0, 2, 8]
