@@ -124,8 +124,16 @@ def _graph(cfg: WRSNConfig, topo: Topology, alive: np.ndarray) -> nx.Graph:
 
 
 def routing(cfg: WRSNConfig, topo: Topology, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Drain rates (W) of every sensor under the current routing, next-hop distances, and whether every
-    target is covered by an alive sensor with a path to the base.
+    """Drain rates under the current routing tree.
+
+    Each target is reported by the covering alive sensor closest (by path length) to the base; every
+    sensor on that path transmits its packets, and every relay also receives them.
+
+    Returns
+    -------
+    tuple
+        Drain rate (W) of every sensor, its next-hop distance, and whether every target is covered by an
+        alive sensor with a path to the base.
     """
     n = len(topo.sensors)
     g = _graph(cfg, topo, alive)
