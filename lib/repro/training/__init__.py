@@ -9,11 +9,18 @@ Core
 - :mod:`repro.training.data`: the indexed dataset wrapper and generated classification sets.
 - :mod:`repro.training.shuffling`: global, local and partial-local shuffling with exchange accounting.
 - :mod:`repro.training.cost`: the alpha-beta cost model of ring collectives.
+- :mod:`repro.training.sample_loop`: one sampler-driven epoch with per-sample loss/accuracy/confidence
+  and pass counting.
 
 Methods
 - :mod:`repro.training.hier_localsgd`: sharded hierarchical model averaging and the discrepancy metric.
-- :mod:`repro.training.kakurenbo`: the sample-hiding sampler and its baselines (importance sampling,
-  Selective Backprop).
+- :mod:`repro.training.kakurenbo`: KAKURENBO's sample hiding (statistics, move-back, fraction schedule,
+  learning-rate compensation, allreduce of the statistics).
+- :mod:`repro.training.importance_sampling`: importance sampling with replacement (ISWR).
+- :mod:`repro.training.selective_backprop`: Selective Backprop.
+- :mod:`repro.training.overlap`: the overlap engine (per-tensor async allreduce from gradient hooks), its
+  non-overlapped reference, VGG-A-mini and the timing rank program (with DDP).
+- :mod:`repro.training.itersim`: the SimPy discrete-event model of one data-parallel iteration.
 
 Chapters: :mod:`repro.training.chapters`.
 """
