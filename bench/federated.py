@@ -13,14 +13,15 @@ from typing import Callable
 
 from flwr.clientapp import ClientApp
 from repro.federated.activation import ActivatedFedAvg, MultiMetricActivation, make_probing_client_app
-from repro.federated.baselines import SCAFFOLD, FedDyn, make_feddyn_client_app, make_scaffold_client_app
 from repro.federated.cadis import CADIS, make_kd_client_app
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated
 from repro.federated.feddrl import DDPGWeights, make_loss_reporting_client_app
+from repro.federated.feddyn import FedDyn, make_feddyn_client_app
 from repro.federated.fedlama import FedLAMA
 from repro.federated.fedluar import FedLUAR, TopKSparsified
 from repro.federated.safa import SAFA, make_regularised_client_app
+from repro.federated.scaffold import SCAFFOLD, make_scaffold_client_app
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec
 from repro.federated.weighting import FlowerPolicyFedAvg

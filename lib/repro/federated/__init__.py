@@ -23,7 +23,7 @@ Algorithms, one module each:
 - :mod:`repro.federated.fedluar`: FedLUAR (layer-wise update recycling), its ablations and top-k sparsification.
 - :mod:`repro.federated.activation`: client-activation policies (uniform, Power-of-Choice, multi-metric).
 - :mod:`repro.federated.safa`: SAFA and FedDC-style daisy chaining, with the regularised client.
-- :mod:`repro.federated.baselines`: FedDyn and SCAFFOLD.
+- :mod:`repro.federated.feddyn`, :mod:`repro.federated.scaffold`: FedDyn and SCAFFOLD.
 - :mod:`repro.federated.robust`: the edge-case backdoor and the defences (Multi-Krum, RFA, FLAME-lite, FedGrad).
 - :mod:`repro.federated.feddrl`: FedDRL's DDPG agent as an aggregation-weight policy.
 - :mod:`repro.federated.cadis`: CADIS's last-layer clustering, cluster-equal aggregation and KD client.

@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from repro.federated.baselines import FedDyn, make_feddyn_client_app
 from repro.federated.client import LocalSGD
 from repro.federated.engine import RunSummary, central_evaluator, eval_schedule, initial_arrays, run_federated
+from repro.federated.feddyn import FedDyn, make_feddyn_client_app
 from repro.federated.figures import accuracy_band
 from repro.federated.safa import SAFA, feddc, make_regularised_client_app
 from repro.federated.strategies import SeededFedAvg, SeededFedProx

@@ -6,20 +6,17 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
-from repro.federated.baselines import (
+from repro.federated.client import LocalSGD, client_seed, from_arrayrecord, make_client_app, to_arrayrecord
+from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
+from repro.federated.feddyn import FEDDYN_STATE, FedDyn, feddyn_train, make_feddyn_client_app
+from repro.federated.scaffold import (
     DELTA_CV,
-    FEDDYN_STATE,
     SCAFFOLD,
     SCAFFOLD_STATE,
     SERVER_CV,
-    FedDyn,
-    feddyn_train,
-    make_feddyn_client_app,
     make_scaffold_client_app,
     scaffold_train,
 )
-from repro.federated.client import LocalSGD, client_seed, from_arrayrecord, make_client_app, to_arrayrecord
-from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, client_data, work_model
 from repro.models import set_weights
