@@ -1,5 +1,6 @@
-"""Other papers: K-means Lloyd-step throughput of each numba layout against scikit-learn's Lloyd step,
-and the component-model analysis and simpy simulation per design.
+"""Other papers: K-means step throughput per numba layout against scikit-learn, and the real-time analysis.
+
+Also the component-model analysis and the simpy simulation per design.
 
 Rows: seconds per Lloyd step (200,000 points, K = 16, D = 16 aligned and D = 17 unaligned, one numba
 thread and then all threads) with the throughput in million point-centroid distances per second and the
@@ -12,10 +13,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from timing import timed
-
 from repro.misc import kmeans as km
 from repro.misc import realtime as rt
+from timing import timed
 
 N, K = 200_000, 16
 

@@ -109,8 +109,10 @@ BASELINE = Variant("aos", padded=False, reduction="serial")
 
 
 def standard_variants() -> tuple[Variant, ...]:
-    """The variants every sweep times: each layout and padding with the serial merge, plus the
-    best-known layouts with the parallel merge."""
+    """The variants every sweep times.
+
+    Each layout and padding with the serial merge, plus the padded layouts with the parallel merge.
+    """
     return (
         BASELINE,
         Variant("aos", True, "serial"),
@@ -440,8 +442,7 @@ def sklearn_step(data: Dataset) -> StepResult:
 
 
 def best_time(fn: Callable[[], object], repeats: int = 3, min_seconds: float | None = None, max_runs: int = 200) -> float:
-    """Smallest wall time of ``fn`` over at least ``repeats`` runs and at least ``min_seconds`` of runs
-    (default ``0.05 * repeats``).
+    """Smallest wall time of ``fn`` over at least ``repeats`` runs and ``min_seconds`` (default ``0.05 * repeats``).
 
     On a shared machine a parallel region waits for its slowest thread, so a
     single timing can be tens of times the undisturbed one; the minimum over

@@ -159,6 +159,7 @@ def _step_groups(groups: list[NeuronGroup], state: list[np.ndarray], prev: list[
 def _worker(conn, groups: list[NeuronGroup], device: DeviceModel, threshold: float, batch: int) -> None:
     torch.set_num_threads(1)
     state = [np.zeros((batch, g.out_hi - g.out_lo)) for g in groups]
+    conn.send("ready")
     while True:
         prev = conn.recv()
         if prev is None:
@@ -187,6 +188,9 @@ def chip_run(chip: Chip, inputs: np.ndarray, workers: int = 1) -> RunResult:
             p.start()
             conns.append(parent)
             procs.append(p)
+        for c in conns:  # the tick loop's clock starts once every worker has started
+            if c.recv() != "ready":
+                raise RuntimeError("a simulation worker failed to start")
     local_state = [np.zeros((batch, g.out_hi - g.out_lo)) for g in chip.groups]
     traffic = TrafficCounter(chip.coords)
     dests = [chip.destinations(layer) for layer in range(n_layers)]

@@ -132,8 +132,10 @@ def _one_dataset(cfg: SweepConfig, seed: int, d: int, k: int, aligned: bool
 
 
 def sweep(cfg: SweepConfig, seeds: list[int]) -> SweepResult:
-    """Time and check every variant on every dataset of ``cfg`` for every seed (one process: timings
-    must not compete for the cores)."""
+    """Time and check every variant on every dataset of ``cfg`` for every seed.
+
+    One process runs them all: timings must not compete for the cores.
+    """
     timings, checks = [], []
     jobs = [(seed, *shape) for seed in seeds for shape in cfg.shapes()]
     previous = numba.get_num_threads()
