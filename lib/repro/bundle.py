@@ -46,6 +46,10 @@ echo "results: $PWD/results/{chapter}/$profile/record.json"
 """
 
 
+#: Packages a lock file leaves out (pip freeze omits them) that some locked packages still require.
+BUILD_TOOLS = ("wheel", "setuptools")
+
+
 @dataclass(frozen=True)
 class Bundle:
     """A written bundle: the archive and what it holds."""
@@ -83,7 +87,7 @@ def _stage(chapter: Chapter, profile: str, root: Path, stage: Path, wheels: bool
     if not wheels:
         return 0
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-r", str(root / "envs" / "cpu.lock"),
-          "-w", str(wheel_dir)], root)
+          *BUILD_TOOLS, "-w", str(wheel_dir)], root)
     (wheel_dir / ".complete").write_text("every wheel of envs/cpu.lock is here\n")
     return sum(1 for p in wheel_dir.glob("*.whl") if not p.name.startswith("repro-"))
 
