@@ -77,3 +77,10 @@ def test_state_space_covers_observations():
     env = OppCommEnv(cfg)
     obs, _ = env.reset(seed=0)
     assert (obs["state"] < cfg.n_states).all() and len(ACTIONS) == 4
+
+
+def test_terminal_transition_does_not_bootstrap():
+    q = TabularQ(1, 2, 2, QLearningConfig(alpha=1.0, gamma=0.9, shared=False))
+    q.table[0, 1] = [5.0, 7.0]
+    q.update(np.array([0]), np.array([0]), np.array([2.0]), np.array([1]), np.zeros((1, 2)))
+    assert q.table[0, 0, 0] == pytest.approx(2.0)

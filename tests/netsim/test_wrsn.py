@@ -8,6 +8,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from repro.netsim.chapters.wrsn_drl import inma_like, lifetime, no_charging, train_q_charging
+from repro.netsim.qlearning import QLearningConfig
 from repro.netsim.wrsn import ENV_ID, WRSNChargingEnv, WRSNConfig, charge_rate, nearest_request, routing
 
 CFG = WRSNConfig()
@@ -103,3 +105,15 @@ def test_charging_extends_lifetime():
             done = term or trunc
         lifetimes[name] = env.t
     assert lifetimes["nearest"] > 1.5 * lifetimes["depot"]
+
+
+def test_heuristics_pick_grid_locations_and_q_charging_learns():
+    env = WRSNChargingEnv(CFG)
+    env.reset(seed=3)
+    for rule in (inma_like, nearest_request):
+        assert 0 <= rule(env) < len(env.locations) - 1
+    assert no_charging(env) == len(env.locations) - 1
+    agent, returns = train_q_charging(CFG, 10, seed=0, qconfig=QLearningConfig(gamma=0.9, epsilon=0.3))
+    assert np.isfinite(agent.table).all() and len(returns) == 10
+    hungry = WRSNConfig(drain_scale=40.0)
+    assert lifetime(hungry, 3, lambda e, o: nearest_request(e)) > 1.5 * lifetime(hungry, 3, lambda e, o: no_charging(e))

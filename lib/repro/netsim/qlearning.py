@@ -81,10 +81,15 @@ class TabularQ:
 
     def update(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray,
                next_masks: np.ndarray) -> None:
-        """One Q-learning step for every agent's transition ``(s, a, r, s')``."""
+        """One Q-learning step for every agent's transition ``(s, a, r, s')``.
+
+        An all-zero ``next_masks`` row marks a terminal transition (no bootstrap).
+        """
         c = self.config
         rows = self._rows(len(states))
-        nxt = np.where(next_masks.astype(bool), self.table[rows, next_states], -np.inf).max(axis=1)
+        allowed = next_masks.astype(bool)
+        nxt = np.where(allowed, self.table[rows, next_states], -np.inf).max(axis=1)
+        nxt = np.where(allowed.any(axis=1), nxt, 0.0)  # no allowed action: a terminal state, worth 0
         target = rewards + c.gamma * nxt
         td = target - self.table[rows, states, actions]
         if c.shared:  # several agents may hit the same cell: accumulate

@@ -305,7 +305,7 @@ class WRSNChargingEnv(gym.Env):
 
 def nearest_request(env: WRSNChargingEnv) -> int:
     """Greedy baseline: the location nearest to the alive sensor with the least remaining lifetime."""
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         remaining = np.where(env.alive & (env.rate > 0), env.energy / env.rate, np.inf)
     worst = int(np.argmin(remaining))
     return int(np.argmin(np.linalg.norm(env.locations[:-1] - env.topo.sensors[worst], axis=1)))
