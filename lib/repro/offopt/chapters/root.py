@@ -49,6 +49,9 @@ class RootSettings(GridSettings):
         Classifier-free guidance weight ``w``.
     ablations
         Also run ROOT with one GP (``F=1``) and without guidance (``w=0``).
+    pairs_per_epoch
+        Draw a fresh GP ensemble and fresh pairs before every bridge epoch, as
+        the authors' code does (``False``: one set of pairs for all epochs).
     """
 
     baselines: tuple[str, ...]
@@ -61,6 +64,7 @@ class RootSettings(GridSettings):
     sample_steps: int
     guidance: float
     ablations: bool
+    pairs_per_epoch: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,7 +77,8 @@ class RootSettings(GridSettings):
         """Overrides of :class:`repro.offopt.pipeline.RootConfig`."""
         return {"n_functions": self.n_functions, "n_seeds": self.gp_seeds, "gp_steps": self.gp_steps,
                 "gp_max_points": self.gp_max_points, "hidden": list(self.bridge_hidden), "epochs": self.bridge_epochs,
-                "sample_steps": self.sample_steps, "guidance": self.guidance}
+                "sample_steps": self.sample_steps, "guidance": self.guidance,
+                "pairs_per_epoch": self.pairs_per_epoch}
 
     def methods(self) -> list[str | MethodSpec]:
         """The grid's methods: the baselines, ROOT, then the ablations when asked for."""
