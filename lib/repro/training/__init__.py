@@ -9,6 +9,7 @@ Core
 - :mod:`repro.training.data`: the indexed dataset wrapper and generated classification sets.
 - :mod:`repro.training.shuffling`: global, local and partial-local shuffling with exchange accounting.
 - :mod:`repro.training.cost`: the alpha-beta cost model of ring collectives.
+- :mod:`repro.training.batch_schedule`: the run-time batch-size and learning-rate controller.
 - :mod:`repro.training.sample_loop`: one sampler-driven epoch with per-sample loss/accuracy/confidence
   and pass counting.
 
