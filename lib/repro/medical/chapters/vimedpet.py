@@ -127,7 +127,7 @@ class ReportExample:
     Attributes
     ----------
     ct_projection, pet_projection
-        Coronal mean of the CT and maximum-intensity projection of the PET (normalised).
+        Central coronal slice of the CT and maximum-intensity projection of the PET (normalised).
     truth
         The ground-truth report.
     generated
@@ -237,7 +237,7 @@ def run_seed(job: SeedJob) -> SeedResult:
                                  field_accuracy(reports, test_truth), path))
     raw = volumes(domain, p.suv_max)[p.n_train : p.n_train + p.n_examples]
     examples = tuple(
-        ReportExample(raw[i, 0].mean(axis=1), raw[i, 1].max(axis=1), test_reports[i], {a: generated[a][i] for a in ARMS})
+        ReportExample(raw[i, 0][:, p.size // 2], raw[i, 1].max(axis=1), test_reports[i], {a: generated[a][i] for a in ARMS})
         for i in range(len(raw))
     )
     return SeedResult(seed, tuple(results), examples, tuple(losses["ctpet"]))
@@ -290,7 +290,7 @@ def site_table(results: list[SeedResult]) -> pd.DataFrame:
 
 
 def volume_overview(params: VimedpetParams, n: int = 4) -> plt.Figure:
-    """A few in-domain and general training volumes: coronal CT mean and PET maximum-intensity projection."""
+    """A few in-domain and general training volumes: central coronal CT slice and PET maximum-intensity projection."""
     fig, axes = plt.subplots(2, 2 * n, figsize=(2.0 * n * 2, 3.6), squeeze=False)
     for row, (name, cfg, seed) in enumerate(
         [
@@ -303,7 +303,7 @@ def volume_overview(params: VimedpetParams, n: int = 4) -> plt.Figure:
         for i in range(n):
             lesions = data.cases[i].findings.lesions
             words = "; ".join(f"{les.site.replace('_', ' ')}{' FDG+' if les.fdg_avid else ''}" for les in lesions)
-            show_ct(axes[row, 2 * i], x[i, 0].mean(axis=1)[::-1], f"{name}: {words or 'no lesion'}")
+            show_ct(axes[row, 2 * i], x[i, 0][:, params.size // 2][::-1], f"{name}: {words or 'no lesion'}")
             show_pet(axes[row, 2 * i + 1], x[i, 1].max(axis=1)[::-1], "PET MIP")
     fig.tight_layout()
     return fig
@@ -335,7 +335,7 @@ def plot_report_examples(result: SeedResult) -> plt.Figure:
     fig = plt.figure(figsize=(13, 2.2 * k))
     grid = fig.add_gridspec(k, 3, width_ratios=(1, 1, 8), wspace=0.05, hspace=0.25)
     for i, ex in enumerate(result.examples):
-        show_ct(fig.add_subplot(grid[i, 0]), ex.ct_projection[::-1], "CT (coronal mean)" if i == 0 else "")
+        show_ct(fig.add_subplot(grid[i, 0]), ex.ct_projection[::-1], "CT (coronal)" if i == 0 else "")
         show_pet(fig.add_subplot(grid[i, 1]), ex.pet_projection[::-1], "PET MIP" if i == 0 else "")
         ax = fig.add_subplot(grid[i, 2])
         ax.axis("off")
