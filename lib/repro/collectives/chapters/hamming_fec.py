@@ -5,9 +5,12 @@
 * :func:`npb_sweep`: every NPB-like kernel simulated (SimGrid) on a fat tree
   whose hops pay the RS(544,514) or the Hamming decode latency, per seed
   (rank placement), plus the computation estimate; run times and improvements.
-* :func:`acceptability`: expected silently corrupted frames per run.
-* :func:`claims`: the values the ledger records; :func:`plot_ber`, :func:`plot_npb`
-  and :func:`plot_sensitivity`: the figures.
+* :func:`acceptability`: expected silently corrupted frames per run;
+  :func:`acceptance_share` and :func:`half_acceptance_ber`: the share of kernels
+  that accept a code against the assumed raw BER, and the BER at which half do
+  (where the ``apps_accept_hamming`` verdict flips).
+* :func:`claims`: the values the ledger records; :func:`plot_ber`, :func:`plot_npb`,
+  :func:`plot_sensitivity` and :func:`plot_acceptance`: the figures.
 """
 
 from __future__ import annotations
@@ -26,6 +29,15 @@ from repro.collectives.npb_skeletons import KERNELS, bytes_hops, fec_fat_tree, k
 
 CODES = ("rs544", "hamming_sec", "hamming_secded", "none")
 FRAME_BYTES = fec.DATA_BITS_PER_FRAME / 8
+BER_GRID = np.logspace(-12, -1.5, 60)
+"""Raw bit error rates of the closed-form failure curves."""
+RS_DECODE_SWEEP_NS = (50.0, 100.0, 150.0, 250.0, 500.0, 1000.0)
+"""RS decode latencies of the sensitivity figure (the run's own value is marked on it)."""
+
+
+def acceptance_bers(raw_ber: float) -> list[float]:
+    """Raw BERs at which acceptability is tabulated: every half decade from 1e-15 to 1e-3, plus ``raw_ber``."""
+    return sorted({*np.logspace(-15, -3, 25).tolist(), float(raw_ber)})
 
 
 @dataclass(frozen=True)
@@ -190,6 +202,39 @@ def acceptability(df: pd.DataFrame, bers: list[float], accept_errors: float) -> 
     return pd.DataFrame(rows)
 
 
+def acceptance_share(acc: pd.DataFrame, code: str = "hamming_secded") -> pd.Series:
+    """Percent of kernels that accept ``code``, per raw BER (ascending), from :func:`acceptability`'s table."""
+    rows = acc[acc.code == code]
+    if rows.empty:
+        raise ValueError(f"no rows for code {code!r}")
+    return 100.0 * rows.groupby("raw_ber").accepted.mean().sort_index()
+
+
+def half_acceptance_ber(share: pd.Series) -> float:
+    """The raw BER at which the share of accepting kernels falls through 50%, log-interpolated.
+
+    Parameters
+    ----------
+    share
+        :func:`acceptance_share`'s series (percent, indexed by ascending raw BER).
+
+    Returns
+    -------
+    float
+        The crossing BER; ``nan`` if the share never crosses 50% on the grid
+        (all above: the flip lies beyond the largest BER; all below: below the
+        smallest).
+    """
+    bers, pct = share.index.to_numpy(dtype=float), share.to_numpy(dtype=float)
+    above = pct > 50.0
+    for i in range(len(bers) - 1):
+        if above[i] and not above[i + 1]:
+            lo, hi = np.log10(bers[i]), np.log10(bers[i + 1])
+            frac = (pct[i] - 50.0) / (pct[i] - pct[i + 1])
+            return float(10 ** (lo + frac * (hi - lo)))
+    return float("nan")
+
+
 def claims(imp: pd.DataFrame, acc: pd.DataFrame, link: LinkModel, raw_ber: float) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims."""
     seeds = sorted(imp.seed.unique())
@@ -245,8 +290,14 @@ def plot_npb(imp: pd.DataFrame, paper_value: float | None) -> plt.Figure:
     return fig
 
 
-def plot_sensitivity(df: pd.DataFrame, link: LinkModel, decode_ns: list[float]) -> plt.Figure:
-    """Mean reduction over kernels against the assumed RS decode latency."""
+def plot_sensitivity(df: pd.DataFrame, link: LinkModel, decode_ns: list[float],
+                     paper_value: float | None = None, band: tuple[float, float] | None = None) -> plt.Figure:
+    """Mean reduction over kernels against the assumed RS decode latency.
+
+    With ``paper_value`` and ``band``, the band of run-time reductions that
+    would count as matching the paper is shaded, so the figure shows at which
+    decode latency the verdict of ``npb_mean_improvement`` flips.
+    """
     runs, comms = [], []
     for ns in decode_ns:
         imp = improvements(df, ns, link)
@@ -257,8 +308,29 @@ def plot_sensitivity(df: pd.DataFrame, link: LinkModel, decode_ns: list[float]) 
     ax.plot(decode_ns, runs, "-o", label="run time")
     ax.plot(decode_ns, comms, "-s", label="communication only")
     ax.axvline(link.rs_decode_ns, color="grey", ls=":", label="this run's assumption")
+    if paper_value is not None and band is not None:
+        ax.axhspan(band[0] * paper_value, band[1] * paper_value, color="crimson", alpha=0.12,
+                   label=f"{band[0]:g}–{band[1]:g}× the paper's {paper_value:g}%")
+    ax.set_xscale("log")
     ax.set_xlabel("RS decode latency per hop (ns)")
     ax.set_ylabel("mean reduction (%)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_acceptance(share: pd.Series, raw_ber: float, flip_ber: float) -> plt.Figure:
+    """Share of kernels accepting Hamming SECDED against the raw BER, with the 50% line and the assumed BER."""
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    ax.plot(share.index, share.values, "-o")
+    ax.axhline(50.0, color="crimson", ls="--", label="half of the kernels")
+    ax.axvline(raw_ber, color="grey", ls=":", label=f"assumed raw BER {raw_ber:.0e}")
+    if np.isfinite(flip_ber):
+        ax.axvline(flip_ber, color="crimson", ls=":", label=f"verdict flips at {flip_ber:.1e}")
+    ax.set_xscale("log")
+    ax.set_ylim(-5, 105)
+    ax.set_xlabel("raw bit error rate")
+    ax.set_ylabel("kernels accepting SECDED (%)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
