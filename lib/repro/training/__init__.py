@@ -21,6 +21,8 @@ Methods
 - :mod:`repro.training.selective_backprop`: Selective Backprop.
 - :mod:`repro.training.overlap`: the overlap engine (per-tensor async allreduce from gradient hooks), its
   non-overlapped reference, VGG-A-mini and the timing rank program (with DDP).
+- :mod:`repro.training.multires`: generated log-normal fields (CosmoFlow stand-in), the resolution pyramid,
+  the fully convolutional regressor and the plateau-triggered switch.
 - :mod:`repro.training.itersim`: the SimPy discrete-event model of one data-parallel iteration.
 
 Chapters: :mod:`repro.training.chapters`.
