@@ -4,14 +4,19 @@
 :func:`~repro.collectives.platforms.gpu_cluster`), :func:`add_energy` adds the
 network energy of every simulated point under the TSUBAME3 power constants,
 and :func:`claims` turns the table into the per-node-count values the ledger
-records.  :func:`time_vs_size_figure` and :func:`comparison` are its figure and
-table; :func:`short_label` and :func:`node_title` label them.
+records.  Every claim is *modelled* (fixed by assumed platform and power
+constants), so :func:`constant_sweep` and :func:`idle_power_sweep` move the
+deciding constants (NVLink bandwidth, adapters per node, idle share of link
+power) and :func:`constant_sweep_figure` shows where each verdict flips.
+:func:`time_vs_size_figure` and :func:`comparison` are its figure and table;
+:func:`short_label` and :func:`node_title` label them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -20,7 +25,7 @@ import pandas as pd
 from repro.collectives.algorithms import build_schedule, parse_spec
 from repro.collectives.congestion import LinkPower, link_energy
 from repro.collectives.figures import comparison_table, sim_vs_model
-from repro.collectives.sweep import ELEMENT_BYTES, MiB, Point, build_platform, platform_key
+from repro.collectives.sweep import ELEMENT_BYTES, MiB, Point, build_platform, platform_key, run_points
 
 TSUBAME_LINK_POWER = {
     "nvlink": LinkPower(11.2 / 2),
@@ -64,8 +69,19 @@ def points(nodes: Sequence[int], gpus_per_node: int, sizes_mb: Sequence[float], 
     return pts
 
 
-def add_energy(df: pd.DataFrame, gpus_per_node: int, **platform_kw: Any) -> pd.DataFrame:
-    """Add ``energy_J``: network energy of every simulated row (links draw idle power for the run)."""
+NVLINK_SWEEP_GBS = (12.5, 25.0, 50.0, 100.0, 200.0)
+"""NVLink bandwidths (GB/s) of the constant sweep."""
+IDLE_FRACTION_SWEEP = (0.0, 0.25, 0.5, 0.85, 1.0)
+"""Idle shares of peak link power of the energy sweep (0.85 is the chapter's assumption)."""
+
+
+def add_energy(df: pd.DataFrame, gpus_per_node: int, power: Mapping[str, LinkPower] | None = None,
+               **platform_kw: Any) -> pd.DataFrame:
+    """Add ``energy_J``: network energy of every simulated row (links draw idle power for the run).
+
+    ``power`` defaults to :data:`TSUBAME_LINK_POWER`.
+    """
+    power = TSUBAME_LINK_POWER if power is None else power
     out = df.copy()
     energy = []
     for row in out.itertuples():
@@ -75,7 +91,7 @@ def add_energy(df: pd.DataFrame, gpus_per_node: int, **platform_kw: Any) -> pd.D
         key = platform_key("gpu_cluster", nodes=row.nodes, gpus_per_node=gpus_per_node, **platform_kw)
         name, params = parse_spec(row.algorithm)
         sched = build_schedule(name, row.p, row.nbytes // ELEMENT_BYTES, **params)
-        energy.append(link_energy(sched, build_platform(key), row.sim_s, TSUBAME_LINK_POWER,
+        energy.append(link_energy(sched, build_platform(key), row.sim_s, power,
                                   gpu_link_class, ELEMENT_BYTES))
     out["energy_J"] = energy
     return out
@@ -107,6 +123,104 @@ def claims(df: pd.DataFrame, gpus_per_node: int, segments: Sequence[int]) -> dic
         "energy_lr_lr_vs_lr": reduction_pct(big, lrlr, "ring", "energy_J").tolist(),
         "energy_lr_rab_vs_lr": reduction_pct(big, lrrab, "ring", "energy_J").tolist(),
     }
+
+
+def constant_sweep(nodes: int, gpus_per_node: int, size_mb: float, platform_kw: Mapping[str, Any],
+                   nvlink_gbs: Sequence[float] = NVLINK_SWEEP_GBS, nics: Sequence[int] | None = None,
+                   workers: int = 1) -> pd.DataFrame:
+    """Time saved by ``lr_lr`` and ``lr_rab`` against ``ring`` while one assumed constant moves.
+
+    Each variant changes one constant of ``platform_kw`` (NVLink bandwidth, or
+    adapters per node) and evaluates the route-aware alpha-beta model, which
+    the chapter checks against SimGrid on the simulated points.
+
+    Parameters
+    ----------
+    nodes, gpus_per_node, size_mb
+        The platform size and the vector size of the sweep.
+    platform_kw
+        The run's own platform constants (``nvlink_bandwidth`` in B/s, ``nics_per_node`` ...).
+    nvlink_gbs
+        NVLink bandwidths to try, GB/s.
+    nics
+        Adapters per node to try (default: every divisor of ``gpus_per_node``).
+    workers
+        Points evaluated at once.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``constant`` (``"nvlink_gbs"`` or ``"nics_per_node"``), ``value``, ``claim``
+        (``lr_lr_vs_lr`` or ``lr_rab_vs_lr``) and ``saving_pct``.
+    """
+    nics = [n for n in range(1, gpus_per_node + 1) if gpus_per_node % n == 0] if nics is None else list(nics)
+    variants = ([("nvlink_gbs", v, {**platform_kw, "nvlink_bandwidth": v * 1e9}) for v in nvlink_gbs]
+                + [("nics_per_node", n, {**platform_kw, "nics_per_node": n}) for n in nics])
+    k = gpus_per_node
+    pts = [Point(platform_key("gpu_cluster", nodes=nodes, gpus_per_node=k, **kw), spec, nodes * k, int(size_mb * MiB),
+                 False, (("constant", name), ("value", value)))
+           for name, value, kw in variants for spec in ("ring", f"lr_lr:k={k}", f"lr_rab:k={k}")]
+    df = run_points(pts, workers, desc="constant sweep")
+    piv = df.pivot_table(index=["constant", "value"], columns="algorithm", values="model_s")
+    saving = 100.0 * (1.0 - piv.div(piv["ring"], axis=0))
+    rows = [dict(constant=c, value=v, claim=claim, saving_pct=float(saving.loc[(c, v), spec]))
+            for (c, v) in piv.index for claim, spec in (("lr_lr_vs_lr", f"lr_lr:k={k}"), ("lr_rab_vs_lr", f"lr_rab:k={k}"))]
+    return pd.DataFrame(rows)
+
+
+def idle_power_sweep(df: pd.DataFrame, gpus_per_node: int, platform_kw: Mapping[str, Any],
+                     idle_fractions: Sequence[float] = IDLE_FRACTION_SWEEP) -> pd.DataFrame:
+    """Network energy saved by ``lr_lr`` and ``lr_rab`` against ``ring`` for each idle share of link power.
+
+    Uses the simulated rows of the largest node count at the largest simulated size.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``constant`` (``"idle_fraction"``), ``value``, ``claim`` and ``saving_pct``.
+    """
+    sim = df[np.isfinite(df.sim_s)]
+    big = sim[(sim.nbytes == sim.nbytes.max()) & (sim.nodes == sim.nodes.max())].drop(columns="energy_J", errors="ignore")
+    k = gpus_per_node
+    rows = []
+    for idle in idle_fractions:
+        power = {cls: dataclasses.replace(lp, idle_fraction=idle) for cls, lp in TSUBAME_LINK_POWER.items()}
+        e = add_energy(big, gpus_per_node, power, **platform_kw).set_index("algorithm").energy_J
+        for claim, spec in (("energy_lr_lr_vs_lr", f"lr_lr:k={k}"), ("energy_lr_rab_vs_lr", f"lr_rab:k={k}")):
+            rows.append(dict(constant="idle_fraction", value=idle, claim=claim,
+                             saving_pct=float(100.0 * (1.0 - e[spec] / e["ring"]))))
+    return pd.DataFrame(rows)
+
+
+def constant_sweep_figure(sweep: pd.DataFrame, paper: Mapping[str, float | None], band: tuple[float, float],
+                          assumed: Mapping[str, float]) -> plt.Figure:
+    """One panel per swept constant: the saving of each claim, its paper band shaded, the run's value marked.
+
+    A curve inside its band would count as matching the paper; below zero the
+    sign of the claim fails.
+    """
+    constants = list(dict.fromkeys(sweep.constant))
+    fig, axes = plt.subplots(1, len(constants), figsize=(4.2 * len(constants), 3.6), squeeze=False)
+    xlabels = {"nvlink_gbs": "NVLink bandwidth (GB/s)", "nics_per_node": "InfiniBand adapters per node",
+               "idle_fraction": "idle share of peak link power"}
+    for ax, const in zip(axes[0], constants):
+        part = sweep[sweep.constant == const]
+        for claim, g in part.groupby("claim", sort=False):
+            line, = ax.plot(g.value, g.saving_pct, "-o", label=claim)
+            pv = paper.get(claim)
+            if pv is not None:
+                ax.axhspan(band[0] * pv, band[1] * pv, color=line.get_color(), alpha=0.12)
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.axvline(assumed[const], color="grey", ls=":", label="this run")
+        if const == "nvlink_gbs":
+            ax.set_xscale("log")
+            ax.minorticks_off()
+        ax.set_xticks(sorted(set(part.value)), [f"{v:g}" for v in sorted(set(part.value))])
+        ax.set_xlabel(xlabels.get(const, const))
+        ax.set_ylabel("saved against lr (%)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def short_label(spec: str, gpus_per_node: int) -> str:
