@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 from repro import params
 from repro.collectives.algorithms import build_schedule, closed_form_cost
-from repro.collectives.chapters import a2a_2dfc, dln_allreduce, multileader_allreduce
+from repro.collectives.chapters import a2a_2dfc, dln_allreduce, hamming_fec, multileader_allreduce
 from repro.collectives.ir import link_bytes
+from repro.collectives.sweep import build_platform
 from repro.registry import load_registry
 
 
@@ -82,11 +83,10 @@ def test_chapter_claim_functions() -> None:
     assert claims["pipe_vs_lr_lr"] == [pytest.approx(25.0)] and claims["energy_lr_rab_vs_lr"] == [pytest.approx(40.0)]
     hops = pd.concat([dln_allreduce.hop_profile(16, 4, net) for net in ("dln", "dln_mitigated")])
     dl = pd.DataFrame({"algorithm": "rabenseifner", "p": 16, "nbytes": 8,
-                       "network": ["dln", "dln_mitigated", "fat_tree", "fat_tree_tapered"],
-                       "sim_s": [4.0, 1.0, 1.25, 2.0]})
+                       "network": ["dln", "dln_mitigated", "fat_tree", "fat_tree_tapered", "fat_tree_equal_links"],
+                       "sim_s": [4.0, 1.0, 1.1, 2.0, 1.25]})
     assert dln_allreduce.claims(dl, hops) == {"fixed_path_length": [1], "contention_free": [1],
-                                    "dln_vs_fat_tree": [pytest.approx(20.0)],
-                                    "dln_vs_tapered_fat_tree": [pytest.approx(50.0)]}
+                                    "dln_vs_fat_tree": [pytest.approx(20.0)]}
 
 
 def test_sweeps_simulate_only_what_is_asked() -> None:
@@ -121,3 +121,34 @@ def test_registry_checks_refuse_inconsistent_parameters(chapter: str, override: 
         params.validate(ch, values)
     with pytest.raises(params.ParameterError, match=named):
         params.validate(ch, {**profiles["smoke"], **override})
+
+
+def test_multileader_constant_sweep_follows_the_adapters() -> None:
+    """The multi-leader saving comes from using every adapter of a node: it shrinks when the leaders share one."""
+    kw = dict(nvlink_bandwidth=50e9, pcie_bandwidth=16e9, nic_bandwidth=12.5e9, nics_per_node=2)
+    sweep = multileader_allreduce.constant_sweep(4, 4, 16.0, kw, nvlink_gbs=[25.0, 200.0], nics=[1, 4])
+    lrlr = sweep[sweep.claim == "lr_lr_vs_lr"].set_index(["constant", "value"]).saving_pct
+    assert lrlr[("nics_per_node", 4)] > lrlr[("nics_per_node", 1)]
+    assert lrlr[("nvlink_gbs", 200.0)] > lrlr[("nvlink_gbs", 25.0)]
+    assert set(sweep.claim) == {"lr_lr_vs_lr", "lr_rab_vs_lr"}
+
+
+def test_hamming_half_acceptance_ber_interpolates_and_reports_no_crossing() -> None:
+    share = pd.Series([100.0, 100.0, 0.0], index=[1e-9, 1e-7, 1e-5])
+    assert hamming_fec.half_acceptance_ber(share) == pytest.approx(1e-6)
+    assert math.isnan(hamming_fec.half_acceptance_ber(pd.Series([100.0, 80.0], index=[1e-9, 1e-7])))
+    acc = pd.DataFrame({"code": "hamming_secded", "raw_ber": [1e-9, 1e-9, 1e-5, 1e-5], "accepted": [True, True, True, False]})
+    assert hamming_fec.acceptance_share(acc).tolist() == [100.0, 50.0]
+    with pytest.raises(ValueError, match="no rows"):
+        hamming_fec.acceptance_share(acc, "rs544")
+
+
+def test_dln_fair_fat_tree_has_the_dln_link_count_and_one_switch_latency_per_switch() -> None:
+    dln_links = dln_allreduce.network_inventory(64, 4, ["dln_mitigated"]).set_index("network").loc[
+        "dln_mitigated", "switch-to-switch links"]
+    leaves = 64 // 4
+    spines = dln_allreduce.equal_link_spines(64, 4)
+    assert spines > 4 and abs(2 * leaves * spines - dln_links) <= leaves  # within half a spine's worth of links
+    pf = build_platform(dln_allreduce.platform("fat_tree", 16, 4, 1e10, 1e-6, 1e-7))
+    assert pf.hops(0, 15) == 4 and pf.route_latency(0, 15) == pytest.approx(4e-6 + 3e-7)  # 3 switches crossed
+    assert pf.hops(0, 1) == 2 and pf.route_latency(0, 1) == pytest.approx(2e-6 + 1e-7)  # 1 switch crossed

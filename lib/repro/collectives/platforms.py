@@ -178,7 +178,7 @@ def kautz(d: int, bandwidth: float, latency: float, forward_latency: float = 0.0
 
 
 def fat_tree(p: int, hosts_per_leaf: int, spines: int, bandwidth: float, latency: float,
-             uplink_bandwidth: float | None = None) -> Platform:
+             uplink_bandwidth: float | None = None, switch_latency: float = 0.0) -> Platform:
     """Two-level fat tree: leaf switches of ``hosts_per_leaf`` hosts, ``spines`` spine switches.
 
     Every host has an up and a down link to its leaf; every leaf an up and a
@@ -186,6 +186,10 @@ def fat_tree(p: int, hosts_per_leaf: int, spines: int, bandwidth: float, latency
     ``bandwidth``).  Routes: same leaf ``host-up, host-down`` (2 links); else
     ``host-up, leaf->spine, spine->leaf, host-down`` (4 links) through spine
     ``dst mod spines`` (static D-mod-k).  ``spines < hosts_per_leaf`` tapers it.
+    Every switch crossed adds ``switch_latency`` once, to the link leaving
+    towards it (host->leaf, leaf->spine, spine->leaf); the last link to a
+    host pays ``latency`` only, so a route of ``h`` links pays ``h - 1``
+    switch latencies.
     """
     if p % hosts_per_leaf:
         raise ValueError("hosts_per_leaf must divide p")
@@ -193,14 +197,14 @@ def fat_tree(p: int, hosts_per_leaf: int, spines: int, bandwidth: float, latency
     pf = Platform(f"fattree{p}_{hosts_per_leaf}_{spines}", [f"h{i}" for i in range(p)])
     leaf = lambda i: i // hosts_per_leaf  # noqa: E731
     for i, j in itertools.permutations(range(p), 2):
-        up = pf.add_link(f"h{i}->L{leaf(i)}", bandwidth, latency)
+        up = pf.add_link(f"h{i}->L{leaf(i)}", bandwidth, latency + switch_latency)
         down = pf.add_link(f"L{leaf(j)}->h{j}", bandwidth, latency)
         if leaf(i) == leaf(j):
             pf.routes[(i, j)] = (up, down)
         else:
             s = j % spines
-            pf.routes[(i, j)] = (up, pf.add_link(f"L{leaf(i)}->S{s}", up_bw, latency),
-                                 pf.add_link(f"S{s}->L{leaf(j)}", up_bw, latency), down)
+            pf.routes[(i, j)] = (up, pf.add_link(f"L{leaf(i)}->S{s}", up_bw, latency + switch_latency),
+                                 pf.add_link(f"S{s}->L{leaf(j)}", up_bw, latency + switch_latency), down)
     return pf
 
 
