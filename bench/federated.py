@@ -20,7 +20,8 @@ from repro.federated.feddrl import DDPGWeights, make_loss_reporting_client_app
 from repro.federated.feddyn import FedDyn, make_feddyn_client_app
 from repro.federated.fedlama import FedLAMA
 from repro.federated.fedluar import FedLUAR, TopKSparsified
-from repro.federated.safa import SAFA, make_regularised_client_app
+from repro.federated.regularised import make_regularised_client_app
+from repro.federated.safa import SAFA
 from repro.federated.scaffold import SCAFFOLD, make_scaffold_client_app
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec

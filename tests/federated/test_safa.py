@@ -7,7 +7,8 @@ import pytest
 import torch
 from repro.federated.client import LocalSettings, LocalSGD, make_client_app, penalised_sgd
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
-from repro.federated.safa import SAFA, feddc, make_regularised_client_app, squared_gradient
+from repro.federated.regularised import make_regularised_client_app, squared_gradient
+from repro.federated.safa import SAFA, feddc
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec, client_data
 

@@ -22,7 +22,7 @@ hyper-parameters are reconstructed (see the chapter).
 
 The policy plugs into :class:`~repro.federated.weighting.FlowerPolicyFedAvg`; the
 clients run :func:`make_loss_reporting_client_app`, the regularised client
-of :mod:`repro.federated.safa` (so FedProx runs on the same app) that also reports
+of :mod:`repro.federated.regularised` (so FedProx runs on the same app) that also reports
 the pre-loss.
 """
 
@@ -37,7 +37,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from repro.federated.client import RunConfig, client_app_with, from_arrayrecord
-from repro.federated.safa import train_regularised
+from repro.federated.regularised import train_regularised
 from repro.federated.task import TaskSpec, client_data, work_model
 from repro.federated.weighting import AggregationWeightPolicy
 from repro.models import set_weights
@@ -297,7 +297,7 @@ def train_reporting(spec: TaskSpec, msg: Message, context: Context) -> Message:
 
 
 def make_loss_reporting_client_app(spec: TaskSpec, run_config: RunConfig | None = None) -> ClientApp:
-    """The regularised client of :mod:`repro.federated.safa` (FedAvg, FedProx) that also reports ``pre-loss``.
+    """The regularised client of :mod:`repro.federated.regularised` (FedAvg, FedProx) that also reports ``pre-loss``.
 
     ``pre-loss`` is the received model's cross-entropy on the client's whole
     training set, measured before local training; training itself is

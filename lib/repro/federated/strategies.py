@@ -135,7 +135,7 @@ class SeededFedProx(SeededFedAvg, FedProx):
     """Flower's ``FedProx`` with :class:`SeededFedAvg`'s seeded sampling.
 
     The server side of FedProx is FedAvg plus ``proximal-mu`` in the clients'
-    config; the regularised client (:func:`repro.federated.safa.make_regularised_client_app`)
+    config; the regularised client (:func:`repro.federated.regularised.make_regularised_client_app`)
     adds the term ``mu/2 ||theta - theta_global||^2`` to the local loss.
     """
 

@@ -22,7 +22,7 @@ from repro.federated.engine import (
     run_federated,
     seed_differences,
 )
-from repro.federated.safa import make_regularised_client_app
+from repro.federated.regularised import make_regularised_client_app
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec, planted_clusters
 from repro.federated.weighting import FlowerPolicyFedAvg

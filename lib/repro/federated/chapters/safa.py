@@ -17,7 +17,8 @@ from repro.federated.client import LocalSGD
 from repro.federated.engine import RunSummary, central_evaluator, eval_schedule, initial_arrays, run_federated
 from repro.federated.feddyn import FedDyn, make_feddyn_client_app
 from repro.federated.figures import accuracy_band
-from repro.federated.safa import SAFA, feddc, make_regularised_client_app
+from repro.federated.regularised import make_regularised_client_app
+from repro.federated.safa import SAFA, feddc
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec
 from repro.parallel import parallel_map

@@ -1,0 +1,64 @@
+"""The regularised client: local SGD with an EWC (SAFA) or a proximal (FedProx) penalty.
+
+One ``ClientApp`` serves every server of the book that asks its clients for
+a penalised local loss: SAFA sends per-parameter importance weights
+(``ewc-lambda`` and ``fisher::<name>`` arrays) and may ask for the squared
+full-batch gradients back (``want-fisher``); FedProx sends ``proximal-mu``.
+With neither it trains exactly as the shared client.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, penalised_sgd
+from repro.federated.task import TaskSpec
+from repro.models import get_weights
+
+FISHER = "fisher::"
+
+
+def squared_gradient(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """Squared full-batch gradient of the mean cross-entropy, per parameter (a diagonal Fisher estimate)."""
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+    out = {k: (p.grad.detach() ** 2).numpy().copy() for k, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def train_regularised(spec: TaskSpec, msg: Message, context: Context) -> Message:
+    """One round of the regularised client: local SGD with an EWC or a proximal penalty.
+
+    The config's ``ewc-lambda`` (with ``fisher::`` arrays) or ``proximal-mu`` sets the penalty.
+    """
+    rnd = begin_round(spec, msg, context)
+    theta = {k: v for k, v in rnd.received.items() if not k.startswith(FISHER)}
+    lam, mu = float(rnd.config.get("ewc-lambda", 0.0)), float(rnd.config.get("proximal-mu", 0.0))
+    if lam > 0 and mu > 0:
+        raise ValueError("a round cannot ask for both ewc-lambda and proximal-mu")
+    if lam > 0:
+        weight: dict[str, np.ndarray] | float = {k[len(FISHER):]: lam * v for k, v in rnd.received.items()
+                                                 if k.startswith(FISHER)}
+    else:
+        weight = mu / 2.0
+    loss = penalised_sgd(rnd.model, rnd.x, rnd.y, rnd.settings, anchor=theta, weight=weight)
+    out = get_weights(rnd.model)
+    if bool(rnd.config.get("want-fisher", False)):
+        out.update({FISHER + k: v for k, v in squared_gradient(rnd.model, rnd.x, rnd.y).items()})
+    return finish_round(msg, rnd, out, loss, {"model-index": int(rnd.config.get("model-index", -1))})
+
+
+def make_regularised_client_app(spec: TaskSpec, run_config: RunConfig | None = None) -> ClientApp:
+    """A ``ClientApp`` whose local SGD can carry an EWC (SAFA) or proximal (FedProx) penalty.
+
+    Config keys beyond the shared client's: ``ewc-lambda`` (with ``fisher::<name>``
+    arrays: the importance), ``proximal-mu``, ``want-fisher`` (reply with the
+    squared full-batch gradients as ``fisher::<name>``) and ``model-index``
+    (echoed back).  With none of them it trains exactly as the shared client.
+    """
+    return client_app_with(lambda msg, context: train_regularised(spec, msg, context), run_config)
