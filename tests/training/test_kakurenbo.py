@@ -117,6 +117,8 @@ def test_loss_history_percentile():
     assert h.percentile(1.0) == 1.0
     h.values.extend([1.0, 2.0, 3.0, 4.0, 5.0])  # keeps the last 4
     assert h.percentile(4.5) == 0.75 and h.percentile(0.0) == 0.0
+    batch = np.array([4.5, 0.0, 2.5, 9.0])
+    assert h.percentiles(batch).tolist() == [h.percentile(v) for v in batch]
 
 
 def test_selective_backprop_backprops_about_keep_share(split):

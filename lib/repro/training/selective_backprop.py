@@ -2,7 +2,8 @@
 
 Every candidate batch is forwarded without gradients; a sample is selected
 when its loss lies in the top ``keep`` share of the recent loss history (its
-percentile rank among the last ``history`` losses is at least ``1 - keep``);
+percentile rank among the last ``history`` losses seen before its batch is at
+least ``1 - keep``);
 selected samples are queued and trained in full batches (forward and
 backward again), and the queue's remainder is trained at the end of the epoch.
 """
@@ -42,6 +43,13 @@ class LossHistory:
         if not self.values:
             return 1.0
         return float(np.mean(np.asarray(self.values) < loss))
+
+    def percentiles(self, losses: np.ndarray) -> np.ndarray:
+        """Percentile ranks of a batch of losses against the history before the batch (1 while it is empty)."""
+        if not self.values:
+            return np.ones(len(losses))
+        ordered = np.sort(np.asarray(self.values))
+        return np.searchsorted(ordered, losses, side="left") / len(ordered)
 
 
 def selective_epoch(model: nn.Module, opt: torch.optim.Optimizer, ds: IndexedDataset, sampler: Sampler,
@@ -83,10 +91,9 @@ def selective_epoch(model: nn.Module, opt: torch.optim.Optimizer, ds: IndexedDat
         fwd += len(idx)
         parts.append(SampleStats(idx.numpy(), losses.numpy().astype(np.float64), (pred == y).numpy(),
                                  conf.numpy().astype(np.float64)))
-        for i, l in zip(idx.tolist(), losses.tolist()):
-            if history.percentile(l) >= 1.0 - keep:
-                queue.append(i)
-            history.values.append(l)
+        ranks = history.percentiles(losses.numpy())
+        queue.extend(idx[torch.as_tensor(ranks >= 1.0 - keep)].tolist())
+        history.values.extend(losses.tolist())
         while len(queue) >= batch_size:
             step(queue[:batch_size])
             del queue[:batch_size]

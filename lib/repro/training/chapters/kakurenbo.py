@@ -276,7 +276,7 @@ def tradeoff_figure(runs: list[MethodRun]) -> plt.Figure:
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_xlabel(col)
     axes[0].set_ylabel("final test accuracy (%)")
-    axes[1].legend(fontsize=8, loc="lower right")
+    axes[1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle("accuracy against cost (mean over seeds; bars: sd)")
     fig.tight_layout()
     return fig
