@@ -1,0 +1,289 @@
+"""The EmbracingFL chapter: partial training of output-side layers against width reduction, over client mixes.
+
+:class:`EmbracingRun` is one seeded run, :func:`run` executes it and
+returns a :class:`RunRecord`, :func:`sweep` runs every method, client mix
+and seed, :func:`claims` turns the records into the ledger's per-seed
+values; the figures and tables are the chapter's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+
+from repro.federated.client import LocalSGD, make_client_app
+from repro.federated.engine import RunSummary, central_evaluator, eval_schedule, initial_arrays, run_federated
+from repro.federated.figures import accuracy_band
+from repro.federated.fjord import make_fjord_client_app
+from repro.federated.heterofl import WidthReduced, make_heterofl_client_app, sub_spec
+from repro.federated.partial import PartialTraining, make_partial_client_app, output_side_keys
+from repro.federated.strategies import SeededFedAvg
+from repro.federated.task import TaskSpec, build_model
+from repro.federated.tiers import Tier, assign_tiers, linear_layers, measure_step_memory, step_memory
+from repro.parallel import parallel_map
+
+METHODS = ("all_strong", "strong_only", "heterofl", "fjord", "embracingfl")
+LABELS = {"all_strong": "FedAvg, all clients strong", "strong_only": "FedAvg, strong clients only",
+          "heterofl": "HeteroFL", "fjord": "FjORD", "embracingfl": "EmbracingFL"}
+COLOURS = {"all_strong": "tab:gray", "strong_only": "tab:brown", "heterofl": "tab:orange", "fjord": "tab:green",
+           "embracingfl": "tab:blue"}
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """The three tiers of a run: layers trained under partial training, width under width reduction.
+
+    Attributes
+    ----------
+    layers
+        Linear layers of the model (strong clients train all of them).
+    moderate_layers, weak_layers
+        Output-side layers moderate and weak clients train.
+    moderate_width, weak_width
+        Width ratios of moderate and weak clients under HeteroFL and FjORD.
+    """
+
+    layers: int
+    moderate_layers: int
+    weak_layers: int
+    moderate_width: float
+    weak_width: float
+
+    def tiers(self) -> tuple[Tier, Tier, Tier]:
+        """``(strong, moderate, weak)``."""
+        return (Tier("strong", self.layers, 1.0), Tier("moderate", self.moderate_layers, self.moderate_width),
+                Tier("weak", self.weak_layers, self.weak_width))
+
+
+@dataclass(frozen=True)
+class EmbracingRun:
+    """One run of the comparison; field names are the chapter's parameters.
+
+    Attributes
+    ----------
+    method
+        One of :data:`METHODS`.
+    strong_share, moderate_share
+        The client mix (the rest are weak).
+    seed
+        Run seed (model init, tier assignment, sampling, mini-batches).
+    spec, sgd, plan
+        Task, local training and tiers.
+    steps, rounds, active_clients, eval_every
+        Local steps per round, rounds, clients sampled per round, evaluation period.
+    progress
+        Label of a per-round progress bar (``None``: none).
+    """
+
+    method: str
+    strong_share: float
+    moderate_share: float
+    seed: int
+    spec: TaskSpec
+    sgd: LocalSGD
+    plan: TierPlan
+    steps: int
+    rounds: int
+    active_clients: int
+    eval_every: int
+    progress: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"parameter 'method': must be one of {METHODS}, got {self.method!r}")
+        if self.strong_share + self.moderate_share > 1.0 + 1e-9:
+            raise ValueError("strong and moderate shares must not exceed 1 together")
+
+    def client_tiers(self) -> list[Tier]:
+        """Every client's tier (the same for every method of a seed)."""
+        shares = (self.strong_share, self.moderate_share, max(0.0, 1.0 - self.strong_share - self.moderate_share))
+        return assign_tiers(self.spec.num_clients, shares, self.plan.tiers(), seed=self.seed)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What one run produced.
+
+    Attributes
+    ----------
+    method, strong_share, seed
+        Which run.
+    accuracy, budget_accuracy
+        Final test accuracy and the mean of the last evaluations (percent).
+    comm
+        Scalars moved, both directions.
+    curve
+        ``(round, accuracy)`` at every evaluation.
+    """
+
+    method: str
+    strong_share: float
+    seed: int
+    accuracy: float
+    budget_accuracy: float
+    comm: int
+    curve: tuple[tuple[int, float], ...]
+
+
+def build_strategy(job: EmbracingRun) -> tuple[SeededFedAvg, object]:
+    """The strategy and the ``ClientApp`` of ``job``'s method."""
+    local = job.sgd.config(job.steps)
+    tiers = job.client_tiers()
+    cfg = {"seed": job.seed}
+    if job.method == "all_strong":
+        return SeededFedAvg(job.active_clients, local, seed=job.seed), make_client_app(job.spec, cfg)
+    if job.method in ("strong_only", "embracingfl"):
+        if job.method == "strong_only":
+            tiers = [t if t.name == "strong" else Tier(t.name, 0, t.width) for t in tiers]
+        return PartialTraining(job.active_clients, local, tiers, seed=job.seed), make_partial_client_app(job.spec, cfg)
+    fjord = job.method == "fjord"
+    app = make_fjord_client_app(job.spec, cfg) if fjord else make_heterofl_client_app(job.spec, cfg)
+    return WidthReduced(job.active_clients, local, tiers, seed=job.seed, ordered_dropout=fjord), app
+
+
+def run(job: EmbracingRun) -> RunRecord:
+    """Run ``job`` on the in-process Flower engine."""
+    strategy, app = build_strategy(job)
+    hist = run_federated(strategy, app, job.spec.num_clients, initial_arrays(job.spec, job.seed), job.rounds,
+                         central_evaluator(job.spec), eval_schedule(job.rounds, job.eval_every), progress=job.progress)
+    s = RunSummary.of(hist)
+    assert strategy.comm is not None
+    return RunRecord(job.method, job.strong_share, job.seed, s.accuracy, s.budget_accuracy, strategy.comm.total,
+                     s.curve)
+
+
+def sweep(spec: TaskSpec, sgd: LocalSGD, plan: TierPlan, mixes: list[tuple[float, float]], steps: int, rounds: int,
+          active_clients: int, seeds: list[int], eval_every: int, workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every method on every client mix and seed (all-strong FedAvg once per seed: it ignores the mix).
+
+    Returns
+    -------
+    final : DataFrame
+        One row per run: ``method, strong_share, seed, accuracy, budget_accuracy, comm``.
+    curves : DataFrame
+        ``method, strong_share, seed, round, accuracy`` at every evaluation.
+    """
+    jobs = []
+    for seed in seeds:
+        jobs.append(EmbracingRun("all_strong", 1.0, 0.0, seed, spec, sgd, plan, steps, rounds, active_clients,
+                                 eval_every))
+        for strong, moderate in mixes:
+            jobs += [EmbracingRun(m, strong, moderate, seed, spec, sgd, plan, steps, rounds, active_clients, eval_every,
+                                  progress=None if workers > 1 else f"{m} strong={strong} seed={seed}")
+                     for m in METHODS if m != "all_strong"]
+    done = parallel_map(run, jobs, workers)
+    final = pd.DataFrame([{"method": r.method, "strong_share": r.strong_share, "seed": r.seed, "accuracy": r.accuracy,
+                           "budget_accuracy": r.budget_accuracy, "comm": r.comm} for r in done])
+    curves = pd.DataFrame([{"method": r.method, "strong_share": r.strong_share, "seed": r.seed, "round": rd,
+                            "accuracy": a} for r in done for rd, a in r.curve])
+    return final, curves
+
+
+def mix_rows(final: pd.DataFrame, strong_share: float) -> pd.DataFrame:
+    """Runs of one mix, with the all-strong reference rows (which every mix shares)."""
+    return final[(final.strong_share == strong_share) | (final.method == "all_strong")]
+
+
+def claims(final: pd.DataFrame, strong_share: float) -> dict[str, list[float]]:
+    """Per-seed values of the chapter's claims in the mix with ``strong_share`` strong clients."""
+    rows = mix_rows(final, strong_share)
+    acc = {m: rows[rows.method == m].set_index("seed").budget_accuracy for m in METHODS}
+    seeds = sorted(acc["embracingfl"].index)
+    e = acc["embracingfl"]
+    return {
+        "gap_to_all_strong": [float(acc["all_strong"][s] - e[s]) for s in seeds],
+        "gain_vs_heterofl": [float(e[s] - acc["heterofl"][s]) for s in seeds],
+        "gain_vs_fjord": [float(e[s] - acc["fjord"][s]) for s in seeds],
+        "gain_vs_strong_only": [float(e[s] - acc["strong_only"][s]) for s in seeds],
+    }
+
+
+# ----- memory of the tiers -------------------------------------------------------------------
+def memory_table(spec: TaskSpec, plan: TierPlan, batch_size: int, momentum: float) -> pd.DataFrame:
+    """Per tier: layers trained, the memory model's peak of one step relative to a strong client, and torch's count.
+
+    The measured column counts the tensors of a real step of the trained part
+    (:func:`repro.federated.tiers.measure_step_memory`); the model's column is
+    :func:`repro.federated.tiers.step_memory`'s trained part.  The width
+    columns give the same model for HeteroFL's and FjORD's sub-models.
+    """
+    model = build_model(spec, seed=0)
+    layers = linear_layers(model)
+    names = [k for k, _ in model.named_parameters()]
+    x = torch.zeros(batch_size, layers[0].fan_in)
+    y = torch.zeros(batch_size, dtype=torch.long)
+    slots = 1 if momentum > 0 else 0
+    full = step_memory(layers, len(layers), batch_size, slots).total
+    rows = []
+    for tier in plan.tiers():
+        modelled = step_memory(layers, tier.trained_layers, batch_size, slots)
+        measured = measure_step_memory(model, output_side_keys(names, tier.trained_layers), x, y, momentum=momentum)
+        narrow = build_model(sub_spec(spec, tier.width), seed=0)
+        width_mem = step_memory(linear_layers(narrow), len(layers), batch_size, slots).total
+        rows.append({"tier": tier.name, "layers trained": tier.trained_layers,
+                     "partial training: peak / strong": modelled.total / full,
+                     "trained part, model (kB)": modelled.trained / 1e3,
+                     "trained part, torch (kB)": measured / 1e3,
+                     "model error (%)": 100.0 * (measured - modelled.trained) / modelled.trained,
+                     "width": tier.width, "width reduction: peak / strong": width_mem / full})
+    return pd.DataFrame(rows)
+
+
+# ----- figures and tables ----------------------------------------------------------------------
+def accuracy_curves(curves: pd.DataFrame, strong_shares: list[float]) -> plt.Figure:
+    """Test accuracy against rounds per method, one panel per client mix (mean over seeds, band min to max)."""
+    fig, axes = plt.subplots(1, len(strong_shares), figsize=(5.4 * len(strong_shares), 3.8), squeeze=False,
+                             sharey=True)
+    for ax, share in zip(axes[0], strong_shares):
+        sel = mix_rows(curves, share)
+        for m in METHODS:
+            accuracy_band(ax, sel[sel.method == m], None, COLOURS[m], LABELS[m])
+        ax.set_title(f"{share:.0%} strong clients")
+        ax.set_xlabel("round")
+    axes[0][0].set_ylabel("test accuracy (%)")
+    axes[0][-1].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def accuracy_bars(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> plt.Figure:
+    """The miniature of the paper's main table: accuracy per method and client mix (mean, error bar = sd)."""
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    width = 0.8 / len(METHODS)
+    for j, m in enumerate(METHODS):
+        means, sds = [], []
+        for strong, _ in mixes:
+            vals = mix_rows(final, strong)
+            vals = vals[vals.method == m].budget_accuracy
+            means.append(vals.mean())
+            sds.append(vals.std(ddof=1) if len(vals) > 1 else 0.0)
+        ax.bar(np.arange(len(mixes)) + (j - (len(METHODS) - 1) / 2) * width, means, width, yerr=sds,
+               color=COLOURS[m], label=LABELS[m], capsize=2)
+    ax.set_xticks(range(len(mixes)), [f"{s:.0%} / {m:.0%} / {1 - s - m:.0%}" for s, m in mixes])
+    ax.set_xlabel("strong / moderate / weak clients")
+    ax.set_ylabel("test accuracy (%)")
+    lo = final.budget_accuracy.min()
+    ax.set_ylim(max(0.0, lo - 10), 100)
+    ax.legend(fontsize=8, ncol=2, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def summary_table(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> pd.DataFrame:
+    """Accuracy (mean ± sd over seeds) per method and mix, and communication relative to all-strong FedAvg."""
+    base = final[final.method == "all_strong"].set_index("seed").comm
+    rows = []
+    for strong, moderate in mixes:
+        sel = mix_rows(final, strong)
+        for m in METHODS:
+            r = sel[sel.method == m]
+            sd = r.budget_accuracy.std(ddof=1) if len(r) > 1 else 0.0
+            rows.append({"strong / moderate / weak": f"{strong:.0%} / {moderate:.0%} / {1 - strong - moderate:.0%}",
+                         "method": LABELS[m], "accuracy (%)": f"{r.budget_accuracy.mean():.1f} ± {sd:.1f}",
+                         "communication vs all-strong": f"{np.mean([c / base[s] for s, c in zip(r.seed, r.comm)]):.2f}×",
+                         "seeds": len(r)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,124 @@
+"""Partial training (EmbracingFL), the width-reduction baselines (HeteroFL, FjORD) and the tiers' memory model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from repro.federated.client import LocalSGD, make_client_app
+from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
+from repro.federated.fjord import OrderedDropout, ladder_up_to
+from repro.federated.heterofl import WidthReduced, make_heterofl_client_app, nested_average, slice_weights
+from repro.federated.partial import PartialTraining, layerwise_average, make_partial_client_app, output_side_keys
+from repro.federated.strategies import SeededFedAvg
+from repro.federated.task import TaskSpec, build_model
+from repro.federated.tiers import Tier, assign_tiers, linear_layers, measure_step_memory, memory_fractions, step_memory
+from repro.models import mlp
+
+SPEC = TaskSpec(dataset="digits", num_clients=6, alpha=0.5, hidden=(32, 24, 16), n_train=600)
+LOCAL = LocalSGD(batch_size=16, lr=0.05, momentum=0.9).config(3)
+STRONG = Tier("strong", 4, 1.0)
+
+
+def final_weights(strategy, app, rounds: int = 3) -> dict[str, np.ndarray]:
+    hist = run_federated(strategy, app, SPEC.num_clients, initial_arrays(SPEC, 1), rounds, central_evaluator(SPEC),
+                         [rounds])
+    return snapshot(hist.final_arrays)
+
+
+def test_all_strong_partial_training_is_fedavg():
+    fedavg = final_weights(SeededFedAvg(3, LOCAL, seed=1), make_client_app(SPEC, {"seed": 1}))
+    partial = final_weights(PartialTraining(3, LOCAL, [STRONG] * SPEC.num_clients, seed=1),
+                            make_partial_client_app(SPEC, {"seed": 1}))
+    for k in fedavg:
+        np.testing.assert_array_equal(fedavg[k], partial[k])
+
+
+def test_heterofl_at_full_width_is_fedavg():
+    fedavg = final_weights(SeededFedAvg(3, LOCAL, seed=1), make_client_app(SPEC, {"seed": 1}))
+    hetero = final_weights(WidthReduced(3, LOCAL, [STRONG] * SPEC.num_clients, seed=1),
+                           make_heterofl_client_app(SPEC, {"seed": 1}))
+    for k in fedavg:
+        np.testing.assert_allclose(fedavg[k], hetero[k], rtol=1e-5, atol=1e-6)
+
+
+def test_weak_clients_leave_frozen_layers_untouched():
+    weak = Tier("weak", 1, 0.25)
+    start = snapshot(initial_arrays(SPEC, 1))
+    strategy = PartialTraining(3, LOCAL, [weak] * SPEC.num_clients, seed=1)
+    end = final_weights(strategy, make_partial_client_app(SPEC, {"seed": 1}))
+    trained = output_side_keys(list(start), 1)
+    assert trained == ["fc3.weight", "fc3.bias"]
+    for k in start:
+        if k in trained:
+            assert not np.array_equal(start[k], end[k])
+        else:
+            np.testing.assert_array_equal(start[k], end[k])
+    # only the trained layer went up: 3 clients x 3 rounds of fc3
+    assert strategy.comm.up["fc3.weight"] == 9 and strategy.comm.up["fc0.weight"] == 0
+
+
+def test_strong_only_contacts_no_weak_client():
+    tiers = [STRONG, Tier("weak", 0, 0.25)] * 3
+    strategy = PartialTraining(4, LOCAL, tiers, seed=2)
+    final_weights(strategy, make_partial_client_app(SPEC, {"seed": 2}), rounds=2)
+    strong_count = [sum(tiers[p].name == "strong" for p in strategy.sampled[r]) for r in (1, 2)]
+    assert [strategy.contributors[r]["fc0.weight"] for r in (1, 2)] == strong_count
+
+
+def reply(arrays: dict[str, np.ndarray], n: int) -> RecordDict:
+    return RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
+                       "metrics": MetricRecord({"num-examples": n})})
+
+
+def test_layerwise_average_over_contributors_only():
+    current = ArrayRecord({"a.w": Array(np.zeros(2, np.float32)), "b.w": Array(np.ones(2, np.float32)),
+                           "c.w": Array(np.full(2, 7.0, np.float32))})
+    out = layerwise_average(current, [reply({"a.w": np.full(2, 3.0, np.float32), "b.w": np.full(2, 2.0, np.float32)}, 1),
+                                      reply({"b.w": np.full(2, 5.0, np.float32)}, 3)])
+    np.testing.assert_allclose(out["a.w"].numpy(), 3.0)
+    np.testing.assert_allclose(out["b.w"].numpy(), (2.0 + 3 * 5.0) / 4)
+    np.testing.assert_array_equal(out["c.w"].numpy(), 7.0)  # trained by no client: unchanged
+
+
+def test_nested_average_covers_slices_only():
+    current = {"fc0.weight": np.zeros((4, 3), np.float32), "fc1.weight": np.zeros((2, 4), np.float32)}
+    half = slice_weights({k: v + 1 for k, v in current.items()}, 0.5)
+    assert half["fc0.weight"].shape == (2, 3) and half["fc1.weight"].shape == (2, 2)
+    out = nested_average(current, [half], [5])
+    assert out["fc0.weight"][:2].min() == 1 and out["fc0.weight"][2:].max() == 0
+    assert out["fc1.weight"][:, :2].min() == 1 and out["fc1.weight"][:, 2:].max() == 0
+
+
+def test_ordered_dropout_masks_late_units():
+    torch.manual_seed(0)
+    model = mlp(5, [8, 8], 3)
+    dropout = OrderedDropout(model, [8, 8], ladder_up_to(0.5), seed=0)
+    model(torch.randn(4, 5)).sum().backward()
+    keep = 2 if dropout.drawn[0] == 0.25 else 4
+    assert set(dropout.drawn) <= {0.25, 0.5}
+    assert model.fc0.weight.grad[keep:].abs().max() == 0 and model.fc2.weight.grad[:, keep:].abs().max() == 0
+    assert model.fc0.weight.grad[:keep].abs().max() > 0
+    dropout.remove()
+
+
+def test_assign_tiers_follows_shares():
+    tiers = assign_tiers(40, (0.1, 0.2, 0.7), (STRONG, Tier("moderate", 2, 0.5), Tier("weak", 1, 0.25)), seed=0)
+    assert [sum(t.name == n for t in tiers) for n in ("strong", "moderate", "weak")] == [4, 8, 28]
+
+
+@pytest.mark.parametrize("trained_layers", [1, 2, 3, 4])
+def test_memory_model_matches_torch_within_one_percent(trained_layers):
+    model = build_model(SPEC, seed=0)
+    names = [k for k, _ in model.named_parameters()]
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    measured = measure_step_memory(model, output_side_keys(names, trained_layers), x, y, momentum=0.9)
+    modelled = step_memory(linear_layers(model), trained_layers, 32, optimizer_slots=1).trained
+    assert abs(measured - modelled) / modelled < 0.01
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_memory_fractions_monotone_in_trained_layers():
+    fractions = memory_fractions(linear_layers(mlp(64, [128, 128, 128, 64], 10)), batch_size=16)
+    assert fractions[-1] == 1.0 and all(a < b for a, b in zip(fractions, fractions[1:]))
