@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from repro.collectives import kautz_mp as K
 from repro.collectives.algorithms import build_schedule
-from repro.collectives.chapters.kautz_fpga import NetworkSetup, contention_free_time, structure_checks
+from repro.collectives.chapters.kautz_fpga import NetworkSetup, contention_free_time, ports_sweep, structure_checks
 from repro.collectives.cost import schedule_cost
 from repro.collectives.dragonfly import dragonfly, with_endpoint_overhead
 from repro.collectives.executors.mpi_worker import launch_worker
@@ -164,6 +164,35 @@ def test_dragonfly_platform_shape_and_routes() -> None:
 def test_network_setup_rejects_mismatched_dragonfly() -> None:
     with pytest.raises(ValueError, match="df_groups"):
         NetworkSetup(d=3, df_groups=2, df_routers=2, df_hosts_per_router=2)
+    with pytest.raises(ValueError, match="df_injection"):
+        NetworkSetup(d=3, df_groups=3, df_routers=2, df_hosts_per_router=2, df_injection="many")
+    with pytest.raises(ValueError, match="df_routing"):
+        NetworkSetup(d=3, df_groups=3, df_routers=2, df_hosts_per_router=2, df_routing=["adaptive"])
+
+
+def test_valiant_routing_spreads_a_group_pair_over_intermediate_groups() -> None:
+    minimal = dragonfly(5, 2, 2, 1e9, 1e-8, 1e-7)
+    valiant = dragonfly(5, 2, 2, 1e9, 1e-8, 1e-7, routing="valiant")
+    valiant.check()
+    group0, group1 = range(0, 4), range(4, 8)
+    pairs = [(i, j) for i in group0 for j in group1]
+    assert {valiant.routes[pr] for pr in pairs} != {minimal.routes[pr] for pr in pairs}
+    direct = sum("G0->G1" in valiant.routes[pr] for pr in pairs)
+    assert direct == 0 and all(sum(n.startswith("G") for n in valiant.routes[pr]) == 2 for pr in pairs)
+    assert max(len(r) for r in valiant.routes.values()) <= 7
+    assert valiant.routes[(0, 1)] == minimal.routes[(0, 1)]  # same group: minimal
+    with pytest.raises(ValueError, match="routing"):
+        dragonfly(5, 2, 2, 1e9, 0, 0, routing="ugal")
+
+
+def test_equal_injection_and_ports_sweep() -> None:
+    fair = NetworkSetup(d=3, df_groups=3, df_routers=2, df_hosts_per_router=2)
+    thin = NetworkSetup(d=3, df_groups=3, df_routers=2, df_hosts_per_router=2, df_injection="one_link")
+    assert fair.dragonfly_bandwidth == pytest.approx(3 * thin.dragonfly_bandwidth)
+    sweep = ports_sweep(fair, [8, 1 << 20], degrees=(2, 4))
+    assert set(sweep.d) == {2, 3, 4}  # the run's own degree is added
+    big = sweep[sweep.bytes == 1 << 20].set_index(["injection", "d"]).speedup
+    assert all(big[("one_link", d)] > big[("equal", d)] for d in (2, 3, 4))
 
 
 @pytest.mark.skipif(not simgrid_available(), reason="SimGrid not installed (envs/simgrid-setup.sh)")

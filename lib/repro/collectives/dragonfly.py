@@ -4,9 +4,12 @@
 python, written as SimGrid XML with explicit routes) for a Dragonfly of
 ``groups`` groups of ``routers`` routers with ``hosts_per_router`` hosts each;
 routers of a group are fully connected and every pair of groups is joined by
-one global link.  Routing is minimal: up to the source router, a local hop to
+one global link.  Minimal routing: up to the source router, a local hop to
 the router holding the global link (if needed), the global link, a local hop
 to the destination router (if needed), down to the host (at most 5 links).
+Valiant (non-minimal) routing sends every inter-group message through an
+intermediate group, chosen per (source, destination) pair, which spreads the
+load of one group pair over many global links (at most 7 links).
 
 :func:`with_endpoint_overhead` adds a per-message start-up latency (software
 and NIC overhead, the ``alpha`` of the alpha-beta model) at both ends of every
@@ -29,8 +32,21 @@ def global_router(group: int, other: int, groups: int, routers: int) -> int:
     return (k - 1) % routers
 
 
+ROUTINGS = ("minimal", "valiant")
+
+
+def valiant_group(i: int, j: int, g1: int, g2: int, groups: int) -> int:
+    """The intermediate group of the message from host ``i`` (group ``g1``) to host ``j`` (group ``g2``).
+
+    A fixed spread over the ``groups - 2`` other groups (so routes are
+    explicit and reproducible), varying with both end points.
+    """
+    others = [g for g in range(groups) if g not in (g1, g2)]
+    return others[(i * 7919 + j) % len(others)]
+
+
 def dragonfly(groups: int, routers: int, hosts_per_router: int, bandwidth: float, link_latency: float,
-              switch_latency: float, global_bandwidth: float | None = None) -> Platform:
+              switch_latency: float, global_bandwidth: float | None = None, routing: str = "minimal") -> Platform:
     """A Dragonfly with one global link between every pair of groups.
 
     Parameters
@@ -46,6 +62,9 @@ def dragonfly(groups: int, routers: int, hosts_per_router: int, bandwidth: float
         Latency of one router traversal (s), charged on every link that leaves a router.
     global_bandwidth:
         Bytes/s of the global links.
+    routing:
+        ``"minimal"`` or ``"valiant"`` (through an intermediate group, see
+        :func:`valiant_group`; minimal when there are fewer than three groups).
 
     Returns
     -------
@@ -58,9 +77,11 @@ def dragonfly(groups: int, routers: int, hosts_per_router: int, bandwidth: float
     check_positive("bandwidth", bandwidth)
     check_nonneg("link_latency", link_latency)
     check_nonneg("switch_latency", switch_latency)
+    if routing not in ROUTINGS:
+        raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
     gbw = bandwidth if global_bandwidth is None else global_bandwidth
     a, p = routers, hosts_per_router
-    pf = Platform(f"dragonfly{groups}x{a}x{p}",
+    pf = Platform(f"dragonfly{groups}x{a}x{p}" + ("_valiant" if routing == "valiant" else ""),
                   [f"g{g}r{r}h{i}" for g in range(groups) for r in range(a) for i in range(p)])
     where = [(g, r) for g in range(groups) for r in range(a) for _ in range(p)]
     sw = link_latency + switch_latency
@@ -80,10 +101,13 @@ def dragonfly(groups: int, routers: int, hosts_per_router: int, bandwidth: float
         if g1 == g2:
             route += local(g1, r1, r2)
         else:
-            x1, x2 = global_router(g1, g2, groups, a), global_router(g2, g1, groups, a)
-            route += local(g1, r1, x1)
-            route.append(pf.add_link(f"G{g1}->G{g2}", gbw, sw))
-            route += local(g2, x2, r2)
+            hops = [g1, g2] if routing == "minimal" or groups < 3 else [g1, valiant_group(i, j, g1, g2, groups), g2]
+            at = r1
+            for ga, gb in zip(hops, hops[1:]):
+                route += local(ga, at, global_router(ga, gb, groups, a))
+                route.append(pf.add_link(f"G{ga}->G{gb}", gbw, sw))
+                at = global_router(gb, ga, groups, a)
+            route += local(g2, at, r2)
         route.append(down(j))
         pf.routes[(i, j)] = tuple(route)
     return pf

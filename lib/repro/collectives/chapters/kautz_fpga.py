@@ -12,6 +12,15 @@ their time is computed from the platform's route latencies (see
 runs the three ``K(d, 2)`` schedules on a real MPI, :func:`claims` gives the
 values the ledger records, and :func:`plot_times` and :func:`plot_speedup`
 draw the headline figures.
+
+The comparison is at equal injection bandwidth per end point by default
+(``df_injection="equal"``: a Dragonfly host, and every Dragonfly link, carries
+what one FPGA's ``d`` ports carry together), and the Dragonfly is simulated
+with minimal and with Valiant (non-minimal) routing; the best of them is the
+baseline.  The speed-up claims are modelled: they hinge on the assumed ports
+per FPGA, so :func:`ports_sweep` and :func:`plot_ports_sweep` show the speed-up
+of the alpha-beta closed forms against the degree ``d`` under both injection
+conventions.
 """
 
 from __future__ import annotations
@@ -28,12 +37,15 @@ from tqdm import tqdm
 
 from repro.collectives import kautz_mp
 from repro.collectives.algorithms import build_schedule, closed_form_cost
-from repro.collectives.dragonfly import dragonfly, with_endpoint_overhead
+from repro.collectives.dragonfly import ROUTINGS, dragonfly, with_endpoint_overhead
 from repro.collectives.executors.mpi_worker import KAUTZ_CASES, launch_worker
 from repro.collectives.executors.simgrid import simulate
 from repro.collectives.ir import Schedule, messages
 from repro.collectives.platforms import Platform, kautz
 from repro.collectives.sweep import ELEMENT_BYTES
+
+INJECTIONS = ("equal", "one_link")
+"""Dragonfly bandwidth conventions: equal injection per end point, or one link per host."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,12 @@ class NetworkSetup:
         Dragonfly router traversal, ns.
     alpha_us:
         Per-message start-up at the end points (software + NIC/FPGA DMA), us.
+    df_injection:
+        ``"equal"``: every Dragonfly link has ``d`` times the link bandwidth, so a
+        host injects what an FPGA injects over its ``d`` ports (the fair
+        comparison); ``"one_link"``: one link's bandwidth per host.
+    df_routing:
+        Dragonfly routings simulated (:data:`~repro.collectives.dragonfly.ROUTINGS`).
     """
 
     d: int
@@ -64,9 +82,16 @@ class NetworkSetup:
     link_latency_ns: float = 100.0
     switch_latency_ns: float = 100.0
     alpha_us: float = 1.0
+    df_injection: str = "equal"
+    df_routing: tuple[str, ...] = ("minimal", "valiant")
 
     def __post_init__(self) -> None:
         kautz_mp.kautz_size(self.d)
+        object.__setattr__(self, "df_routing", tuple(self.df_routing))
+        if self.df_injection not in INJECTIONS:
+            raise ValueError(f"df_injection must be one of {INJECTIONS}, got {self.df_injection!r}")
+        if not self.df_routing or set(self.df_routing) - set(ROUTINGS):
+            raise ValueError(f"df_routing must be a non-empty subset of {ROUTINGS}, got {list(self.df_routing)}")
         n_df = self.df_groups * self.df_routers * self.df_hosts_per_router
         if n_df != self.d * (self.d + 1):
             raise ValueError(f"df_groups*df_routers*df_hosts_per_router = {n_df} must equal d(d+1) = "
@@ -90,11 +115,17 @@ class NetworkSetup:
         return with_endpoint_overhead(kautz(self.d, self.bandwidth, self.link_latency_ns * 1e-9),
                                       self.alpha_us * 1e-6)
 
-    def dragonfly_platform(self) -> Platform:
-        """The switched Dragonfly with end-point start-up."""
+    @property
+    def dragonfly_bandwidth(self) -> float:
+        """Bandwidth of every Dragonfly link in bytes/s (see ``df_injection``)."""
+        return self.bandwidth * (self.d if self.df_injection == "equal" else 1)
+
+    def dragonfly_platform(self, routing: str = "minimal") -> Platform:
+        """The switched Dragonfly with end-point start-up, routed ``routing``."""
         return with_endpoint_overhead(
-            dragonfly(self.df_groups, self.df_routers, self.df_hosts_per_router, self.bandwidth,
-                      self.link_latency_ns * 1e-9, self.switch_latency_ns * 1e-9), self.alpha_us * 1e-6)
+            dragonfly(self.df_groups, self.df_routers, self.df_hosts_per_router, self.dragonfly_bandwidth,
+                      self.link_latency_ns * 1e-9, self.switch_latency_ns * 1e-9, routing=routing),
+            self.alpha_us * 1e-6)
 
 
 def contention_free_time(schedule: Schedule, platform: Platform, placement: list[int], itemsize: int) -> float:
@@ -191,7 +222,9 @@ def kautz_sweep(setup: NetworkSetup, sizes: list[int], seeds: list[int],
         raise ValueError(f"workers must be >= 1, got {workers}")
     p, d = setup.p, setup.d
     kpf, dpf = setup.kautz_platform(), setup.dragonfly_platform()
+    routed = {r: (dpf if r == "minimal" else setup.dragonfly_platform(r)) for r in setup.df_routing}
     beta = 1 / setup.bandwidth
+    beta_df = 1 / setup.dragonfly_bandwidth
     alpha_k = setup.alpha_us * 1e-6 + setup.link_latency_ns * 1e-9
     diam_df = max(dpf.route_latency(i, j) for i, j in dpf.routes)
     ring_order = kautz_mp.hamiltonian_ring_order(d)
@@ -208,13 +241,15 @@ def kautz_sweep(setup: NetworkSetup, sizes: list[int], seeds: list[int],
                          model_s=closed_form_cost("ring", p, nbytes, alpha_k, beta), how="contention-free"))
         rows.append(dict(network="Dragonfly", algorithm="ring (contiguous)", bytes=nbytes, seed=-1,
                          time_s=contention_free_time(ring, dpf, list(range(p)), ELEMENT_BYTES),
-                         model_s=closed_form_cost("ring", p, nbytes, diam_df, beta), how="contention-free"))
+                         model_s=closed_form_cost("ring", p, nbytes, diam_df, beta_df), how="contention-free"))
         for algo in dragonfly_algorithms:
             sch = build_schedule(algo, p, n)
-            model = closed_form_cost(algo, p, nbytes, diam_df, beta)
-            for seed in seeds:
-                jobs.append(SimulationJob("Dragonfly", algo, nbytes, seed, model, sch, dpf,
-                                          tuple(dragonfly_placement(p, seed))))
+            model = closed_form_cost(algo, p, nbytes, diam_df, beta_df)
+            for routing, pf in routed.items():
+                label = algo if len(routed) == 1 else f"{algo} ({routing})"
+                for seed in seeds:
+                    jobs.append(SimulationJob("Dragonfly", label, nbytes, seed, model, sch, pf,
+                                              tuple(dragonfly_placement(p, seed))))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         rows += list(tqdm(pool.map(run_job, jobs), total=len(jobs), desc="simulations", disable=not progress))
     cols = ["network", "algorithm", "bytes", "seed", "time_s", "model_s", "how"]
@@ -279,6 +314,66 @@ def claims(sp: pd.DataFrame, structure: dict[str, float], d: int) -> dict[str, l
         "fpgas_diameter2": [float(nodes_ok)] * len(seeds),
         "wdm_resources_ratio": [float(wdm)] * len(seeds),
     }
+
+
+PORT_SWEEP = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+"""Kautz degrees (ports per FPGA) of :func:`ports_sweep`."""
+
+
+def ports_sweep(setup: NetworkSetup, sizes: list[int], degrees: tuple[int, ...] = PORT_SWEEP) -> pd.DataFrame:
+    """Alpha-beta speed-up of the Kautz multi-port allreduce against the best Dragonfly one, per degree ``d``.
+
+    ``K(d, 2)`` has ``d(d+1)`` FPGAs with ``d`` ports each; the Dragonfly of
+    the same size is costed with the classic closed forms (recursive doubling,
+    Rabenseifner, ring) and a minimal route of five links and four router
+    traversals, contention left out.  Both injection conventions are given;
+    the run's own ``d`` is always among the degrees.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``d, fpgas, bytes, injection, speedup``.
+    """
+    rows = []
+    alpha = setup.alpha_us * 1e-6
+    link, switch = setup.link_latency_ns * 1e-9, setup.switch_latency_ns * 1e-9
+    alpha_df = alpha + 5 * link + 4 * switch
+    for d in sorted({*degrees, setup.d}):
+        p = kautz_mp.kautz_size(d)
+        for nbytes in sizes:
+            kautz_t = kautz_mp.kautz_allreduce_cost(d, nbytes, alpha + link, 1 / setup.bandwidth)
+            for injection in INJECTIONS:
+                beta = 1 / (setup.bandwidth * (d if injection == "equal" else 1))
+                best = min(closed_form_cost(a, p, nbytes, alpha_df, beta)
+                           for a in ("recursive_doubling", "rabenseifner", "ring"))
+                rows.append(dict(d=d, fpgas=p, bytes=nbytes, injection=injection, speedup=best / kautz_t))
+    return pd.DataFrame(rows)
+
+
+def plot_ports_sweep(sweep: pd.DataFrame, d: int, paper_value: float | None,
+                     band: tuple[float, float], null_value: float = 1.0) -> plt.Figure:
+    """Largest speed-up over the sizes against the ports per FPGA, per injection convention.
+
+    The shaded band is where the ``speedup_vs_dragonfly_max`` claim would count
+    as matching the paper; the dotted line marks the run's ``d``.
+    """
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    best = sweep.groupby(["injection", "d"]).speedup.max().reset_index()
+    names = {"equal": "equal injection per end point", "one_link": "one link per Dragonfly host"}
+    for injection, g in best.groupby("injection"):
+        ax.plot(g.d, g.speedup, "-o", label=names.get(injection, injection))
+    if paper_value is not None:
+        lo, hi = (null_value + f * (paper_value - null_value) for f in band)
+        ax.axhspan(lo, hi, color="crimson", alpha=0.12, label=f"{band[0]:g}–{band[1]:g}× the paper's effect")
+    ax.axhline(null_value, color="black", lw=0.8)
+    ax.axvline(d, color="grey", ls=":", label=f"this run: d = {d}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("ports per FPGA (Kautz degree d)")
+    ax.set_ylabel("largest speed-up over sizes (×)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def plot_times(df: pd.DataFrame) -> plt.Figure:
