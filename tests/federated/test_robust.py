@@ -129,3 +129,28 @@ def test_attacked_app_without_attackers_and_no_defence_is_bitwise_fedavg():
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-6)
     assert all(f == [] for f in s.flagged.values()) and sorted(s.flagged) == [1, 2, 3]
+
+
+def test_fedgrad_keeps_the_previous_model_when_it_excludes_everyone(monkeypatch):
+    prev, models = _models(4, 2)
+    grad = FedGradFilter("fc1.weight", "fc1.bias")
+    monkeypatch.setattr(grad, "suspects", lambda prev, models, pids: set(range(len(models))))
+    agg, excluded = grad.aggregate(prev, models, [10] * 6)
+    assert excluded == list(range(6))
+    for k in prev:
+        np.testing.assert_array_equal(agg[k], prev[k])
+
+
+def test_fedgrad_hard_filter_history_every_round_trust_gated_and_krum_neighbourhood():
+    prev, models = _models(6, 2)
+    grad = FedGradFilter("fc1.weight", "fc1.bias", switch_round=3, num_malicious=2)
+    pids = list(range(8))
+    for _ in range(2):
+        grad.aggregate(prev, models, [10] * 8, pids)
+    assert len(grad._pairs_weight[(0, 7)]) == 2 and len(grad._pairs_bias[(3, 3)]) == 2  # before the switch round
+    assert all(r[0] == FedGradFilter.trust_initial for r in grad.trust.values())
+    # Krum: n - f - 2 = 4 nearest others
+    flat = np.stack([np.concatenate([np.asarray(v, np.float64).ravel() for v in m.values()]) for m in models])
+    d2 = ((flat[:, None] - flat[None]) ** 2).sum(-1)
+    np.testing.assert_allclose(grad.krum_scores(models), [np.sort(r)[1:5].sum() for r in d2])
+

@@ -18,7 +18,7 @@ Defences (all ``Defence.aggregate(prev, models, counts) -> (new, flagged)``):
   the majority cluster, whose updates are clipped to their median norm
   (FLAME without its noise, hence "lite");
 * :class:`FedGradFilter`: FedGrad's two filters on the ultimate layer
-  (reconstructed from the authors' code as summarised in our spec).
+  (following the authors' ``defense.py``, :data:`FEDGRAD_REFERENCE_COMMIT`).
 
 :class:`RobustFedAvg` runs any of them as a Flower strategy and records which
 clients each round flagged; :func:`detection_rates` turns that into the true-
@@ -275,36 +275,66 @@ class FlameLite(Defence):
         return agg, [i for i in range(len(models)) if i not in admitted]
 
 
+#: The authors' ``defense.py`` (FedGrad class) at commit 12f33bcc35402cfb1983f49b0eae92eb4d65ef36 of
+#: github.com/judydnguyen/FedGrad_Backdoor_Attack, which :class:`FedGradFilter` follows.
+FEDGRAD_REFERENCE_COMMIT = "12f33bcc35402cfb1983f49b0eae92eb4d65ef36"
+
+
+def _column_minmax(matrix: np.ndarray) -> np.ndarray:
+    """Scale every column of ``matrix`` to [0, 1] (scikit-learn's ``MinMaxScaler``, as the authors do)."""
+    from sklearn.preprocessing import MinMaxScaler
+
+    return MinMaxScaler().fit_transform(matrix)
+
+
 class FedGradFilter(Defence):
-    """FedGrad's soft and hard filters on the ultimate layer, with trust scores.
+    """FedGrad's soft and hard filters on the ultimate layer, with trust scores, as in the authors' ``defense.py``.
 
     Soft filter: ``g = W_avg - W_prev``, ``u_i = W_i - W_avg``; the cosine of
-    ``u_i`` with ``g``, min-max scaled and averaged per client over the rounds
-    it took part in; clients above ``min(0.5, median)`` are suspicious.  Hard
-    filter (from ``switch_round``): each client's ``u_i`` summed per class
-    row and L2-normalised; their pairwise cosines, min-max scaled and averaged
-    per pair of clients over the rounds both took part in; KMeans with two
-    clusters on the rows of that matrix; the cluster without the client of
-    lowest Krum score is suspicious.  Each client's trust record gets 0.25
-    when flagged and 1 otherwise, and clients whose mean trust is at least
-    0.75 are un-flagged.  Flagged models are left out of a data-size-weighted
-    mean.  (The bias-cosine half of the hard filter is left out.)
+    ``u_i`` with ``g``, min-max scaled over the round and averaged per client
+    over the rounds it took part in; clients above ``min(0.5, median)`` are
+    suspicious.  Hard filter, computed every round so that its history is
+    complete: each client's ``u_i`` summed per class row and normalised, and
+    each client's bias normalised; the round's pairwise cosines of both,
+    min-max scaled per column, are averaged per pair of clients over the
+    rounds both took part in; KMeans with two clusters on the rows of the two
+    running matrices side by side; the cluster without the client of lowest
+    Krum score (``n - f - 2`` nearest neighbours) is suspicious.  Before
+    ``switch_round`` only the soft filter decides; from it on, the union of
+    both.  Trust records start at 0.5 and get 0.25 for a round in which the
+    client was suspicious and 1 otherwise; from ``switch_round`` on (and only
+    with ``use_trust``), suspicious clients whose mean trust is at least 0.75
+    are let back in, and if that empties the set the soft filter's suspects
+    stand.  Excluded models are left out of a data-size-weighted mean; when
+    every model is excluded the previous global model is kept.
 
     Parameters
     ----------
     weight_key, bias_key
         Names of the ultimate layer's weight ``(C, d)`` and bias.
     switch_round
-        First round in which the hard filter is used as well.
+        First round in which the hard filter's suspects are excluded as well.
+    num_malicious
+        ``f``, the attackers assumed per round (Krum's neighbourhood is ``n - f - 2``).
+    use_trust
+        Whether the trust rule may let suspicious clients back in (the authors' ``use_trustworthy``).
     """
 
     name = "FedGrad"
+    eta = 0.5
+    trust_threshold = 0.75
+    trust_flagged, trust_clear, trust_initial = 0.25, 1.0, 0.5
 
-    def __init__(self, weight_key: str, bias_key: str, switch_round: int = 1) -> None:
+    def __init__(self, weight_key: str, bias_key: str, switch_round: int = 1, num_malicious: int = 1,
+                 use_trust: bool = True) -> None:
+        if num_malicious < 0:
+            raise ValueError(f"num_malicious must be >= 0, got {num_malicious}")
         self.weight_key, self.bias_key, self.switch_round = weight_key, bias_key, switch_round
+        self.num_malicious, self.use_trust = num_malicious, use_trust
         self.round = 0
         self._soft: dict[int, list[float]] = {}
-        self._pairs: dict[tuple[int, int], list[float]] = {}
+        self._pairs_weight: dict[tuple[int, int], list[float]] = {}
+        self._pairs_bias: dict[tuple[int, int], list[float]] = {}
         self.trust: dict[int, list[float]] = {}
 
     def soft_scores(self, prev: Weights, models: list[Weights]) -> np.ndarray:
@@ -317,50 +347,64 @@ class FedGradFilter(Defence):
         span = c.max() - c.min()
         return (c - c.min()) / span if span > 0 else np.zeros_like(c)
 
+    def krum_scores(self, models: list[Weights]) -> np.ndarray:
+        """Krum score of each model: its summed squared distances to its ``n - f - 2`` nearest others."""
+        flat = np.stack([_flat(m) for m in models])
+        d2 = ((flat[:, None, :] - flat[None, :, :]) ** 2).sum(-1)
+        k = min(len(models) - 1, max(1, len(models) - self.num_malicious - 2))
+        return np.array([np.sort(row)[1:k + 1].sum() for row in d2])
+
+    @staticmethod
+    def _running(history: dict[tuple[int, int], list[float]], round_matrix: np.ndarray,
+                 pids: list[int]) -> np.ndarray:
+        """Append the round's pairwise values to each ordered pair's history; return the running means."""
+        n = len(pids)
+        for i in range(n):
+            for j in range(n):
+                history.setdefault((pids[i], pids[j]), []).append(float(round_matrix[i, j]))
+        return np.array([[np.mean(history[(pids[i], pids[j])]) for j in range(n)] for i in range(n)])
+
     def hard_suspects(self, models: list[Weights], pids: list[int]) -> list[int]:
         """Indices in the KMeans cluster (on running pairwise cosines) without the lowest-Krum-score client."""
         from sklearn.cluster import KMeans
 
         rows = last_layer_deviations(models, self.weight_key).sum(axis=2)  # (n, C): per-class-row sums
         rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-        cos = rows @ rows.T
-        span = cos.max() - cos.min()
-        cos = (cos - cos.min()) / span if span > 0 else np.zeros_like(cos)
-        n = len(models)
-        run = np.zeros((n, n))
-        for i in range(n):
-            for j in range(n):
-                key = (min(pids[i], pids[j]), max(pids[i], pids[j]))
-                if i <= j:
-                    self._pairs.setdefault(key, []).append(float(cos[i, j]))
-        for i in range(n):
-            for j in range(n):
-                run[i, j] = np.mean(self._pairs[(min(pids[i], pids[j]), max(pids[i], pids[j]))])
-        labels = KMeans(n_clusters=2, n_init=10, random_state=0).fit(run).labels_
-        flat = np.stack([_flat(m) for m in models])
-        d2 = ((flat[:, None, :] - flat[None, :, :]) ** 2).sum(-1)
-        k = max(1, n - 2)
-        krum = [np.sort(row)[1:k + 1].sum() for row in d2]
-        trusted = labels[int(np.argmin(krum))]
-        return [i for i in range(n) if labels[i] != trusted]
+        bias = last_layer_stack(models, self.bias_key)
+        bias /= np.maximum(np.linalg.norm(bias, axis=1, keepdims=True), 1e-12)
+        run_w = self._running(self._pairs_weight, _column_minmax(rows @ rows.T), pids)
+        run_b = self._running(self._pairs_bias, _column_minmax(bias @ bias.T), pids)
+        labels = KMeans(n_clusters=2, n_init=10, random_state=0).fit(np.hstack([run_w, run_b])).labels_
+        trusted = labels[int(np.argmin(self.krum_scores(models)))]
+        return [i for i in range(len(models)) if labels[i] != trusted]
 
-    def aggregate(self, prev, models, counts, pids=None):  # noqa: D102
+    def suspects(self, prev: Weights, models: list[Weights], pids: list[int]) -> set[int]:
+        """The round's excluded clients (indices), updating every history (soft, pairwise, trust)."""
         self.round += 1
-        pids = list(range(len(models))) if pids is None else list(pids)
-        soft = self.soft_scores(prev, models)
         running = []
-        for p, s in zip(pids, soft):
+        for p, s in zip(pids, self.soft_scores(prev, models)):
             self._soft.setdefault(p, []).append(float(s))
             running.append(float(np.mean(self._soft[p])))
-        eps1 = min(0.5, float(np.median(running)))
-        flagged = {i for i, r in enumerate(running) if r > eps1}
-        if self.round >= self.switch_round and len(models) >= 3:
-            flagged |= set(self.hard_suspects(models, pids))
+        eps1 = min(self.eta, float(np.median(running)))
+        soft = {i for i, r in enumerate(running) if r > eps1}
+        hard = set(self.hard_suspects(models, pids)) if len(models) >= 3 else set()
+        gated = self.round >= self.switch_round
+        suspicious = soft | hard if gated else soft
+        if self.use_trust and gated:
+            suspicious = {i for i in suspicious
+                          if np.mean(self.trust.get(pids[i], [self.trust_initial])) < self.trust_threshold} or soft
         for i, p in enumerate(pids):
-            self.trust.setdefault(p, []).append(0.25 if i in flagged else 1.0)
-        flagged = {i for i in flagged if np.mean(self.trust[pids[i]]) < 0.75}
-        keep = [i for i in range(len(models)) if i not in flagged] or list(range(len(models)))
-        return _weighted_mean([models[i] for i in keep], [counts[i] for i in keep]), sorted(flagged)
+            record = self.trust.setdefault(p, [self.trust_initial])
+            record.append(self.trust_flagged if i in suspicious else self.trust_clear)
+        return suspicious
+
+    def aggregate(self, prev, models, counts, pids=None):  # noqa: D102
+        pids = list(range(len(models))) if pids is None else list(pids)
+        excluded = self.suspects(prev, models, pids)
+        keep = [i for i in range(len(models)) if i not in excluded]
+        if not keep:
+            return {k: v.copy() for k, v in prev.items()}, sorted(excluded)
+        return _weighted_mean([models[i] for i in keep], [counts[i] for i in keep]), sorted(excluded)
 
 
 class RobustFedAvg(SeededFedAvg):

@@ -36,7 +36,8 @@ def make_defence(name: str, spec: TaskSpec, num_malicious: int, clip_bound: floa
         "multi-krum": lambda: robust.MultiKrumDefence(num_malicious),
         "rfa": lambda: robust.RFA(),
         "flame-lite": lambda: robust.FlameLite(),
-        "fedgrad": lambda: robust.FedGradFilter(f"{last}.weight", f"{last}.bias", switch_round=switch_round),
+        "fedgrad": lambda: robust.FedGradFilter(f"{last}.weight", f"{last}.bias", switch_round=switch_round,
+                                               num_malicious=num_malicious),
     }
     if name not in makers:
         raise ValueError(f"parameter 'defences': must be among {DEFENCES}, got {name!r}")
@@ -120,13 +121,21 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
 
 
 def claims(results: pd.DataFrame) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims."""
+    """Per-seed values of the chapter's claims.
+
+    ``attack_works`` is the precondition of the defence claims: the undefended model's backdoor accuracy
+    minus the clean model's base rate (the same test tail, no attacker, no defence).  Detection is judged
+    by the true-positive minus the false-positive rate under attack, so a detector that excludes everyone
+    (or no one) scores zero.
+    """
     def pick(defence: str, attacked: bool) -> pd.DataFrame:
         return results[(results.defence == defence) & (results.attacked == attacked)].set_index("seed")
 
-    grad, grad_clean, none = pick("fedgrad", True), pick("fedgrad", False), pick("none", True)
+    grad, grad_clean = pick("fedgrad", True), pick("fedgrad", False)
+    none, none_clean = pick("none", True), pick("none", False)
     seeds = sorted(grad.index)
-    return {"detection_tpr_pct": [100.0 * grad.tpr[s] for s in seeds],
+    return {"attack_works": [none.backdoor[s] - none_clean.backdoor[s] for s in seeds],
+            "detection_tpr_minus_fpr": [100.0 * (grad.tpr[s] - grad.fpr[s]) for s in seeds],
             "backdoor_acc_pct": [grad.backdoor[s] for s in seeds],
             "main_acc_drop": [none.accuracy[s] - grad.accuracy[s] for s in seeds],
             "clean_fpr_pct": [100.0 * grad_clean.fpr[s] for s in seeds]}
