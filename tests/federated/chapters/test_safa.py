@@ -1,17 +1,38 @@
-"""The SAFA chapter driver: claims from a known frame."""
+"""The SAFA chapter driver: claims from a known frame, with the baselines tuned over their grids."""
 
 from __future__ import annotations
 
 import pandas as pd
+from repro.federated.chapters.safa import best_settings, keep_best
 from repro.federated.chapters.safa import claims as safa_claims
 
+NAN = float("nan")
 
-def test_safa_claims_from_a_known_frame():
+
+def _frame() -> pd.DataFrame:
     rows = []
     for seed in (0, 1):
-        for m, acc in (("fedavg", 80.0), ("fedprox", 80.5), ("feddc", 84.0), ("safa", 86.0 + seed)):
-            rows.append({"method": m, "alpha": 0.1, "seed": seed, "accuracy": 0.0, "budget_accuracy": acc})
-        rows.append({"method": "safa", "alpha": 1.0, "seed": seed, "accuracy": 0.0, "budget_accuracy": 0.0})
-    c = safa_claims(pd.DataFrame(rows), 0.1)
-    assert c == {"acc_gain_vs_fedavg": [6.0, 7.0], "acc_gain_vs_feddc": [2.0, 3.0],
-                 "fedprox_gain_vs_fedavg": [0.5, 0.5]}
+        for m, setting, acc in (("fedavg", NAN, 80.0), ("fedprox", 0.1, 80.5), ("fedprox", 1.0, 83.0),
+                                ("feddyn", 0.01, 82.0), ("feddyn", 0.1, 79.0), ("scaffold", NAN, 84.5),
+                                ("feddc", NAN, 84.0), ("safa", NAN, 86.0 + seed)):
+            rows.append({"method": m, "setting": setting, "alpha": 0.1, "seed": seed, "accuracy": 0.0,
+                         "budget_accuracy": acc})
+        rows.append({"method": "safa", "setting": NAN, "alpha": 1.0, "seed": seed, "accuracy": 0.0,
+                     "budget_accuracy": 0.0})
+    return pd.DataFrame(rows)
+
+
+def test_baselines_are_tuned_and_the_best_one_is_the_comparison():
+    final = _frame()
+    assert best_settings(final, 0.1) == {"fedprox": 1.0, "feddyn": 0.01}
+    kept = keep_best(final[final.alpha == 0.1], best_settings(final, 0.1))
+    assert sorted(kept[kept.seed == 0].method) == sorted(["fedavg", "fedprox", "feddyn", "scaffold", "feddc", "safa"])
+    c = safa_claims(final, 0.1)
+    assert c == {"acc_gain_vs_fedavg": [6.0, 7.0], "acc_gain_vs_best_baseline": [1.5, 2.5],
+                 "acc_gain_vs_feddc": [2.0, 3.0], "fedprox_gain_vs_fedavg": [3.0, 3.0]}
+
+
+def test_an_untuned_weak_fedprox_no_longer_passes_the_fedprox_claim():
+    # with mu tuned, FedProx's best setting is compared, not the weakest one
+    final = _frame()
+    assert safa_claims(final, 0.1)["fedprox_gain_vs_fedavg"] != [0.5, 0.5]
