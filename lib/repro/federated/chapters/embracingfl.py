@@ -245,14 +245,15 @@ def accuracy_curves(curves: pd.DataFrame, strong_shares: list[float]) -> plt.Fig
         ax.set_title(f"{share:.0%} strong clients")
         ax.set_xlabel("round")
     axes[0][0].set_ylabel("test accuracy (%)")
-    axes[0][-1].legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(METHODS), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
 def accuracy_bars(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> plt.Figure:
     """The miniature of the paper's main table: accuracy per method and client mix (mean, error bar = sd)."""
-    fig, ax = plt.subplots(figsize=(8, 3.8))
+    fig, ax = plt.subplots(figsize=(9.5, 3.8))
     width = 0.8 / len(METHODS)
     for j, m in enumerate(METHODS):
         means, sds = [], []
@@ -266,9 +267,8 @@ def accuracy_bars(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> plt.
     ax.set_xticks(range(len(mixes)), [f"{s:.0%} / {m:.0%} / {1 - s - m:.0%}" for s, m in mixes])
     ax.set_xlabel("strong / moderate / weak clients")
     ax.set_ylabel("test accuracy (%)")
-    lo = final.budget_accuracy.min()
-    ax.set_ylim(max(0.0, lo - 10), 100)
-    ax.legend(fontsize=8, ncol=2, loc="lower right")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig
 

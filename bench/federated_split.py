@@ -1,0 +1,76 @@
+"""Weak-client, hierarchical and split strategies: aggregation per round against FedAvg, split step against unsplit.
+
+The aggregation rows time only the server's ``aggregate_train`` over a short
+run (:func:`federated.aggregation_seconds`, shared with ``bench/federated.py``).
+The split row times one split-learning step of one client
+(:func:`repro.federated.split.split_step`: base, cut, core, gradient back)
+against one plain SGD step of the unsplit model on the same batch.
+``make bench`` imports :func:`run`.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from federated import ACTIVE, LOCAL, SPEC, aggregation_seconds
+from repro.federated.client import make_client_app
+from repro.federated.fjord import make_fjord_client_app
+from repro.federated.heterofl import WidthReduced, make_heterofl_client_app
+from repro.federated.hierfavg import HierFAVG
+from repro.federated.partial import PartialTraining, make_partial_client_app
+from repro.federated.split import SplitBatch, split_sequential, split_step
+from repro.federated.strategies import SeededFedAvg
+from repro.federated.tiers import Tier
+from repro.models import mlp
+from timing import timed
+
+LAYERS = len(SPEC.hidden) + 1
+MIX = [Tier("strong", LAYERS, 1.0), Tier("moderate", 2, 0.5), Tier("weak", 1, 0.25), Tier("weak", 1, 0.25)] * (
+    SPEC.num_clients // 4)
+
+STRATEGIES = {
+    "FedAvg (Flower)": (lambda: SeededFedAvg(ACTIVE, LOCAL, seed=0), make_client_app),
+    "EmbracingFL (layer-wise over contributors)": (lambda: PartialTraining(ACTIVE, LOCAL, MIX, seed=0),
+                                                    make_partial_client_app),
+    "HeteroFL (nested widths)": (lambda: WidthReduced(ACTIVE, LOCAL, MIX, seed=0), make_heterofl_client_app),
+    "FjORD (ordered dropout)": (lambda: WidthReduced(ACTIVE, LOCAL, MIX, seed=0, ordered_dropout=True),
+                                make_fjord_client_app),
+    "HierFAVG (4 edges)": (lambda: HierFAVG(ACTIVE, LOCAL, [p % 4 for p in range(SPEC.num_clients)], seed=0),
+                           make_client_app),
+}
+
+
+def split_vs_unsplit() -> tuple[float, float]:
+    """Seconds of one split step (one client) and of one unsplit SGD step, same model and batch."""
+    torch.manual_seed(0)
+    model = mlp(64, [256, 128, 64], 10)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    whole = copy.deepcopy(model)
+    opt = torch.optim.SGD(whole.parameters(), lr=0.01)
+
+    def unsplit() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(whole(x), y).backward()
+        opt.step()
+
+    base, core = split_sequential(model, 2)
+    client = SplitBatch(base, torch.optim.SGD(base.parameters(), lr=0.01), x, y)
+    core_opt = torch.optim.SGD(core.parameters(), lr=0.01)
+    return timed(lambda: split_step([client], core, core_opt), repeat=200), timed(unsplit, repeat=200)
+
+
+def run() -> list[tuple[str, float, str]]:
+    """One row per strategy (seconds per aggregation, ratio to FedAvg's) and the split step's row."""
+    times = {name: min(aggregation_seconds(f, app) for _ in range(2)) for name, (f, app) in STRATEGIES.items()}
+    base = times["FedAvg (Flower)"]
+    rows = [(f"federated aggregate_train: {name}", t, f"{t / base:.2f}x FedAvg") for name, t in times.items()
+            if name != "FedAvg (Flower)"]
+    split, plain = split_vs_unsplit()
+    rows.append(("split-learning step (1 client, cut after layer 1)", split, f"{split / plain:.2f}x unsplit SGD step"))
+    return rows
+
+
+if __name__ == "__main__":
+    for name, seconds, ratio in run():
+        print(f"{name:55s} {seconds * 1e3:8.3f} ms  {ratio}")
