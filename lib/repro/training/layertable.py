@@ -6,9 +6,9 @@ dimension dropped), the parameter count and the forward FLOPs per sample.
 FLOP convention (documented because papers differ): one multiply-add counts
 as 2 FLOPs, so a convolution costs ``2 * (C_in / groups) * prod(K) * C_out *
 prod(output spatial)`` and a linear layer ``2 * in * out`` (bias adds and
-element-wise layers are not counted).  The same table feeds the
-parallelism oracle (:mod:`repro.training.oracle`) and the compute proxy of
-the layer-wise SAM chapter.
+element-wise layers are not counted).  The layer-wise SAM chapter uses it as
+its compute proxy; it is also the input a per-strategy parallelism oracle
+needs (per-layer x, w, y and FLOPs).
 """
 
 from __future__ import annotations
