@@ -110,7 +110,7 @@ def test_selection_stops_at_first_crossing_and_includes_it():
 
 def test_biases_keep_interval_one_and_comm_counts_match_intervals(run_rounds):
     phi, rounds = 3, 12
-    s = FedLAMA(4, LOCAL, seed=1, phi=phi)
+    s = FedLAMA(4, LOCAL, seed=1, phi=phi, warmup=0)
     run_rounds(s, rounds=rounds)
     for r, intervals in s.timeline.items():
         for k, i in intervals.items():
@@ -137,7 +137,7 @@ def test_clients_resampled_only_every_phi_rounds(run_rounds):
 
 
 def test_fedlama_communicates_less_than_fedavg(run_rounds):
-    s_avg, s_lama = SeededFedAvg(4, LOCAL, seed=0), FedLAMA(4, LOCAL, seed=0, phi=2)
+    s_avg, s_lama = SeededFedAvg(4, LOCAL, seed=0), FedLAMA(4, LOCAL, seed=0, phi=2, warmup=0)
     run_rounds(s_avg, rounds=8)
     run_rounds(s_lama, rounds=8)
     assert s_lama.comm.total < s_avg.comm.total
@@ -151,3 +151,18 @@ def test_ray_engine_matches_inprocess(run_rounds, same_weights):
     h_ray = run_rounds(FedLAMA(3, LOCAL, seed=5, phi=2), rounds=4, spec=spec, engine="ray")
     assert h_in.accuracy == h_ray.accuracy and h_in.comm == h_ray.comm
     assert same_weights(snapshot(h_in.final_arrays), snapshot(h_ray.final_arrays))
+
+
+def test_intervals_adapt_only_after_the_warmup(run_rounds):
+    s = FedLAMA(4, LOCAL, seed=1, phi=2, warmup=6)
+    run_rounds(s, rounds=10)
+    assert all(i == 1 for r in range(1, 8) for i in s.timeline[r].values())  # adapted first at the end of round 8
+    assert any(i == 2 for i in s.timeline[9].values())
+
+
+def test_discrepancy_share_counts_the_whole_model():
+    eff, dist, dims = {"a": 2.0, "b": 0.1}, {"a": 2.0, "b": 1.0}, {"a": 1, "b": 10}
+    # the candidates alone: b holds a third of the discrepancy and 10/11 of the parameters -> stop at b
+    assert select_relaxed_layers(eff, dist, dims) == ["b"]
+    # the whole model's discrepancy (biases included) in the denominator: b's share is small, the walk goes on
+    assert select_relaxed_layers(eff, dist, dims, total_dist=100.0) == ["b", "a"]

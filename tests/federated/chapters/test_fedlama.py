@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
-from repro.federated.chapters.fedlama import FedLamaRun, run_strategy, sweep
+from repro.federated.chapters.fedlama import FedLamaRun, claims, run_strategy, sweep
 from repro.federated.client import LocalSGD
 from repro.federated.task import TaskSpec
 
@@ -27,3 +28,16 @@ def test_sweep_results_do_not_depend_on_worker_processes():
     f1, c1, t1 = sweep(spec, workers=1, **args)
     f2, c2, t2 = sweep(spec, workers=2, **args)
     assert f1.equals(f2) and c1.equals(c2) and t1 == t2
+
+
+
+def test_communication_counts_only_where_accuracy_holds():
+    rows = []
+    for seed, lama_acc in ((0, 89.5), (1, 85.0)):  # seed 1 drops 5 points below FedAvg(tau')
+        rows += [{"method": "fedavg", "phi": 1, "seed": seed, "accuracy": 90.0, "comm": 1000},
+                 {"method": "fedavg_long", "phi": 4, "seed": seed, "accuracy": 80.0, "comm": 250},
+                 {"method": "fedlama", "phi": 4, "seed": seed, "accuracy": lama_acc, "comm": 400}]
+    c = claims(pd.DataFrame(rows), 4)
+    assert c["comm_reduction_vs_fedavg_tau"] == [60.0, 60.0]
+    assert c["comm_saved_within_margin"] == [60.0, 0.0]
+    assert c["acc_drop_vs_fedavg_tau"] == [0.5, 5.0]
