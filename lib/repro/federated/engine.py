@@ -4,7 +4,9 @@
 :class:`InProcessGrid` that implements Flower's ``Grid`` interface in memory,
 one client after another, and returns the replies in node order.  ``ray``
 runs the very same ``ServerApp`` and ``ClientApp`` through Flower's
-simulation runtime on Ray, for scale.  With the same seeds both give
+simulation runtime on Ray, for scale.  ``deployment`` runs them on Flower's
+deployment engine, a SuperLink and SuperNodes as separate processes
+(:mod:`repro.federated.deployment`).  With the same seeds all give
 identical metrics for the book's strategies (tested).  Any Flower strategy
 runs on both (stock ``flwr.serverapp.strategy.FedAvg`` included); the book's
 :class:`~repro.federated.strategies.SeededFedAvg` family additionally gets
@@ -36,13 +38,14 @@ from flwr.supercore.task_identity import TaskIdentity
 from tqdm import tqdm
 
 from repro.federated.client import from_arrayrecord, to_arrayrecord
+from repro.federated.deployment import run_deployed
 from repro.federated.strategies import SeededFedAvg, discover_partitions
 from repro.federated.task import TaskSpec, build_model, evaluate, load_task_data
 from repro.models import get_weights, set_weights
 from repro.partition import label_histogram
 from repro.paths import cache_dir
 
-ENGINES = ("inprocess", "ray")
+ENGINES = ("inprocess", "ray", "deployment")
 logging.getLogger("flwr").setLevel(logging.ERROR)
 
 
@@ -202,7 +205,8 @@ def run_federated(
     eval_rounds
         Rounds after which to evaluate (0 is the initial model).
     engine
-        ``inprocess`` or ``ray``.
+        ``inprocess``, ``ray`` or ``deployment`` (a local SuperLink with
+        ``num_clients`` SuperNodes, or the SuperLink named by ``$REPRO_SUPERLINK``).
     progress
         Label of a tqdm progress bar (``None``: no bar).
 
@@ -219,6 +223,9 @@ def run_federated(
     if engine == "inprocess":
         grid = InProcessGrid(client_app, num_clients)
         main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
+        return history
+    if engine == "deployment":  # the strategy and history come back with the server's final state
+        run_deployed(main, client_app, num_clients, carried=(history, strategy))
         return history
     setup_runtime_dirs()
     from flwr.simulation import run_simulation  # 2.5 s to import; only the Ray engine needs it
