@@ -1,0 +1,39 @@
+"""Calibration on this machine, and the oracle's data-parallel step against 2 real gloo ranks."""
+
+from __future__ import annotations
+
+import torch
+from repro.training.calibrate import (
+    DataParallelJob,
+    PingPong,
+    data_parallel_rank,
+    fit_alpha_beta,
+    flop_rate,
+    pingpong_rank,
+    tiny_cnn,
+)
+from repro.training.launcher import launch
+from repro.training.layertable import layer_table
+from repro.training.oracle import PlatformConstants, predict
+
+FACTOR = 4.0  # the stated agreement: predicted step time within a factor 4 of the measured one (shared 2-core host)
+
+
+def test_fit_alpha_beta_recovers_a_line():
+    pp = PingPong((100, 1000, 10000), (1e-5 + 100 * 2e-9, 1e-5 + 1000 * 2e-9, 1e-5 + 10000 * 2e-9))
+    net = fit_alpha_beta(pp)
+    assert abs(net.alpha - 1e-5) < 1e-9 and abs(net.beta - 2e-9) < 1e-13
+
+
+def test_data_parallel_prediction_within_a_factor_of_gloo():
+    torch.set_num_threads(1)
+    job = DataParallelJob(micro_batch=16, image=16, steps=5, warmup=2)
+    model = tiny_cnn()
+    rate = flop_rate(model, torch.randn(job.micro_batch, 3, job.image, job.image))
+    net = fit_alpha_beta(launch(pingpong_rank, 2, ((64, 4096, 65536, 262144), 5), timeout_s=300)[0])
+    plat = PlatformConstants(1e12, rate, net)
+    table = layer_table(model, torch.zeros(1, 3, job.image, job.image))
+    pred = predict(table, "data", 2, job.micro_batch, 2 * job.micro_batch, plat)  # one iteration
+    measured = max(launch(data_parallel_rank, 2, (job,), timeout_s=300))
+    assert pred.communication_s > 0
+    assert measured / FACTOR <= pred.total_s <= measured * FACTOR, (pred, measured, rate, net)
