@@ -151,6 +151,23 @@ def test_top_k_keep_one_equals_fedavg_and_counts_uploads(run_rounds):
     assert sum(s2.uplink) == expected
 
 
+
+def test_top_k_error_feedback_keeps_what_was_not_sent(run_rounds):
+    s = TopKSparsified(4, LOCAL, seed=4, keep=0.1)
+    h_fb = run_rounds(s, rounds=3)
+    plain = TopKSparsified(4, LOCAL, seed=4, keep=0.1, error_feedback=False)
+    h_plain = run_rounds(plain, rounds=3)
+    assert plain.residual == {} or all(r == {} for r in plain.residual.values())
+    sampled = {p for r in s.sampled.values() for p in r}
+    assert set(s.residual) == sampled
+    for res in s.residual.values():
+        for k, v in res.items():
+            kept = int(np.ceil(0.1 * v.size))
+            assert np.count_nonzero(v) <= v.size - kept  # the sent entries leave the residual
+            assert np.count_nonzero(v) > 0  # the rest is remembered
+    a, b = snapshot(h_fb.final_arrays), snapshot(h_plain.final_arrays)
+    assert any(not np.allclose(a[k], b[k]) for k in a)  # the remembered remainder changes the model
+
 @pytest.mark.slow
 def test_fedluar_ray_engine_matches_inprocess(run_rounds, same_weights):
     """Flower's Ray simulation and the in-process grid give identical FedLUAR runs."""

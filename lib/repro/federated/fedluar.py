@@ -192,14 +192,16 @@ def top_k_mask(update: np.ndarray, keep: float) -> np.ndarray:
 
 
 class TopKSparsified(SeededFedAvg):
-    """FedAvg on top-k sparsified client updates (no error feedback).
+    """FedAvg on top-k sparsified client updates, with error feedback.
 
-    Each client's update ``w^i - w`` keeps, in every array, the
-    ``ceil(keep * size)`` entries of largest magnitude; the server adds the
-    example-weighted mean of the sparse updates to ``w``.  The sparsification
-    is applied to each reply as it arrives, which gives the same model as
-    sparsifying on the client; the uplink counts the kept values only (their
-    indices are not charged, which favours this baseline).
+    Each client's update ``w^i - w`` plus its residual ``e^i`` (what it has
+    not yet sent) keeps, in every array, the ``ceil(keep * size)`` entries of
+    largest magnitude; the rest becomes the new residual, and the server adds
+    the example-weighted mean of the sparse updates to ``w``.  The
+    sparsification is applied to each reply as it arrives, and the residuals
+    are kept per partition id, which gives the same model as sparsifying with
+    a residual memory on the client; the uplink counts the kept values only
+    (their indices are not charged, which favours this baseline).
 
     Parameters
     ----------
@@ -207,13 +209,17 @@ class TopKSparsified(SeededFedAvg):
         As in :class:`~repro.federated.strategies.SeededFedAvg`.
     keep
         Fraction of each array's entries uploaded, in (0, 1].
+    error_feedback
+        Whether each client's unsent remainder is added to its next update (off: plain top-k).
     """
 
-    def __init__(self, active_clients: int, local: dict[str, float | int], seed: int = 0, keep: float = 0.2) -> None:
+    def __init__(self, active_clients: int, local: dict[str, float | int], seed: int = 0, keep: float = 0.2,
+                 error_feedback: bool = True) -> None:
         super().__init__(active_clients, local, seed=seed)
         if not 0.0 < keep <= 1.0:
             raise ValueError(f"keep must lie in (0, 1], got {keep}")
-        self.keep = keep
+        self.keep, self.error_feedback = keep, bool(error_feedback)
+        self.residual: dict[int, dict[str, np.ndarray]] = {}
         self._global: dict[str, np.ndarray] = {}
         self.uplink: list[int] = []
 
@@ -225,7 +231,7 @@ class TopKSparsified(SeededFedAvg):
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Sparsify every client's update, then average them example-weighted."""
+        """Sparsify every client's update (plus its residual), then average them example-weighted."""
         replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
         _, metrics = super().aggregate_train(server_round, replies)  # checks errors, records the messages
         counts = np.array([float(m.content["metrics"]["num-examples"]) for m in replies])
@@ -233,10 +239,16 @@ class TopKSparsified(SeededFedAvg):
         total: dict[str, np.ndarray] = {k: np.zeros_like(v) for k, v in self._global.items()}
         sent = 0
         for w_i, m in zip(weights, replies):
+            pid = int(m.content["metrics"]["partition-id"])
+            residual = self.residual.setdefault(pid, {})
             for k, v in from_arrayrecord(m.content["arrays"]).items():
                 upd = v - self._global[k]
+                if self.error_feedback and k in residual:
+                    upd = upd + residual[k]
                 mask = top_k_mask(upd, self.keep)
                 sent += int(mask.sum())
+                if self.error_feedback:
+                    residual[k] = np.where(mask, 0.0, upd).astype(upd.dtype)
                 total[k] += np.where(mask, upd, 0.0).astype(upd.dtype) * np.asarray(w_i, dtype=upd.dtype)
         self.uplink.append(sent)
         self._global = {k: self._global[k] + total[k] for k in self._global}
