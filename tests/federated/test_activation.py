@@ -66,7 +66,7 @@ def test_scaled_ranks_and_bad_input():
     with pytest.raises(ValueError, match="m must"):
         PowerOfChoice().select([1, 2], METRICS, 3)
     with pytest.raises(ValueError, match="beta"):
-        MultiMetricActivation(-1.0)
+        MultiMetricActivation(float("nan"))
     with pytest.raises(ValueError, match="policy"):
         make_policy("oracle")
     with pytest.raises(ValueError, match="candidates"):
@@ -101,3 +101,10 @@ def test_probed_run_activates_the_policys_choice():
         assert len(s.drawn[r]) == 6 and set(s.probes[r]) == set(s.drawn[r])
         assert s.sampled[r] == MultiMetricActivation(1.0).select(s.drawn[r], s.probes[r], 3)
         assert all(m["loss"] > 0 and m["grad-norm"] > 0 for m in s.probes[r].values())
+
+
+def test_negative_beta_is_the_opposite_sign_of_the_gradient_term():
+    cands = [0, 1, 2, 3]
+    metrics = {c: {"loss": 1.0, "grad-norm": g} for c, g in zip(cands, (4.0, 1.0, 3.0, 2.0))}  # equal losses
+    assert MultiMetricActivation(1.0).select(cands, metrics, 2) == [0, 2]
+    assert MultiMetricActivation(-1.0).select(cands, metrics, 2) == [1, 3]

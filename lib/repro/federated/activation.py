@@ -12,7 +12,9 @@ data and reports the mean loss and the norm of the full-batch gradient
 * :class:`GradNormActivation`: the ``m`` with the largest gradient norm;
 * :class:`MultiMetricActivation`: the ``m`` with the highest
   ``rank(loss) + beta * rank(grad norm)``, ranks scaled to [0, 1] over the
-  candidates.  ``beta = 0`` is Power-of-Choice.
+  candidates.  ``beta = 0`` is Power-of-Choice.  The sign of the
+  gradient-norm term is our guess (the abstract names the metric, not how
+  it enters); a negative ``beta`` is the opposite sign, kept as an ablation.
 
 Ties are broken by partition id.  :class:`ActivatedFedAvg` is Flower's
 FedAvg (through :class:`~repro.federated.strategies.SeededFedAvg`) with a policy
@@ -152,14 +154,15 @@ class MultiMetricActivation(ActivationPolicy):
     Parameters
     ----------
     beta
-        Weight of the gradient-norm rank (>= 0); 0 gives Power-of-Choice's choice.
+        Weight of the gradient-norm rank; 0 gives Power-of-Choice's choice.  Positive (favouring large
+        gradient norms) is our guess at the paper's sign; negative (favouring small ones) is its ablation.
     """
 
     name = "multi-metric"
 
     def __init__(self, beta: float = 1.0) -> None:
-        if beta < 0:
-            raise ValueError(f"beta must be >= 0, got {beta}")
+        if not np.isfinite(beta):
+            raise ValueError(f"beta must be finite, got {beta}")
         self.beta = beta
 
     def score(self, loss: np.ndarray, grad_norm: np.ndarray) -> np.ndarray:  # noqa: D102

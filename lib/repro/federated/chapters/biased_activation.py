@@ -99,17 +99,29 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     return final, curves
 
 
+def _budget(final: pd.DataFrame, policy: str, b: float = 0.0) -> pd.Series:
+    return final[(final.policy == policy) & np.isclose(final.beta, b)].set_index("seed").budget_accuracy
+
+
 def claims(final: pd.DataFrame, beta: float) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims for multi-metric at ``beta`` (accuracy at the budget)."""
-    def pick(policy: str, b: float = 0.0) -> pd.Series:
-        return final[(final.policy == policy) & np.isclose(final.beta, b)].set_index("seed").budget_accuracy
-
     if not np.isclose(final[final.policy == "multi-metric"].beta, beta).any():
         raise ValueError(f"parameter 'beta': {beta} was not run; choose one of the swept betas")
-    mm, uni, poc = pick("multi-metric", beta), pick("uniform"), pick("power-of-choice")
+    mm, uni, poc = _budget(final, "multi-metric", beta), _budget(final, "uniform"), _budget(final, "power-of-choice")
     seeds = sorted(uni.index)
     return {"acc_gain_vs_uniform": [mm[s] - uni[s] for s in seeds],
             "acc_gain_vs_power_of_choice": [mm[s] - poc[s] for s in seeds]}
+
+
+def sign_ablation(final: pd.DataFrame, beta: float) -> list[float]:
+    """Per-seed accuracy at the budget of multi-metric at ``beta`` minus at ``-beta`` (the opposite sign).
+
+    The sign of the gradient-norm term is our guess; this ablation shows how much the guess matters.
+    """
+    if not np.isclose(final[final.policy == "multi-metric"].beta, -beta).any():
+        raise ValueError(f"parameter 'betas': must include {-beta:g}, the opposite sign of beta")
+    plus, minus = _budget(final, "multi-metric", beta), _budget(final, "multi-metric", -beta)
+    return [plus[s] - minus[s] for s in sorted(plus.index)]
 
 
 # ----- figures and table ------------------------------------------------------------------
