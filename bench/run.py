@@ -23,33 +23,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 from timing import timed  # noqa: E402
 
 
-def bench_engines() -> list[tuple[str, float, str]]:
-    """FedAvg: hand-written loop vs Flower on the in-process grid vs Flower on Ray, same clients and seeds."""
-    from repro.federated.client import LocalSGD, make_client_app
-    from repro.federated.engine import central_evaluator, initial_arrays, run_federated
-    from repro.federated.reference import fedavg_loop
-    from repro.federated.strategies import SeededFedAvg
-    from repro.federated.task import TaskSpec, load_task_data
-
-    spec = TaskSpec(dataset="digits", num_clients=10, alpha=0.5, hidden=(64,))
-    local = LocalSGD(16, 0.05, 0.0).config(10)
-    rounds, active = 20, 10
-    load_task_data(spec)
-
-    def flower(engine: str) -> None:
-        run_federated(SeededFedAvg(active, local, seed=0), make_client_app(spec), spec.num_clients,
-                      initial_arrays(spec, 0), rounds, central_evaluator(spec), [rounds], engine=engine)
-
-    hand = timed(lambda: fedavg_loop(spec, local, rounds, active, seed=0))
-    inproc = timed(lambda: flower("inprocess"))
-    ray = timed(lambda: flower("ray"), repeat=1)
-    return [
-        ("FedAvg, hand-written loop (10 clients x 20 rounds)", hand, "1.00x"),
-        ("FedAvg, Flower in-process grid", inproc, f"{inproc / hand:.2f}x hand loop (target <= 1.2x)"),
-        ("FedAvg, Flower Ray simulation", ray, f"{ray / inproc:.1f}x in-process"),
-    ]
-
-
 def bench_papermill() -> list[tuple[str, float, str]]:
     """Papermill's fixed cost per chapter: an empty notebook, against the smallest chapter run."""
     import nbformat
@@ -97,7 +70,7 @@ def bench_dvc_noop() -> list[tuple[str, float, str]]:
 def main() -> int:
     """Run every benchmark and print one table."""
     rows: list[tuple[str, float, str]] = []
-    for section in (bench_engines, bench_papermill, bench_dvc_noop):
+    for section in (bench_papermill, bench_dvc_noop):
         print(f"... {section.__doc__.splitlines()[0]}", file=sys.stderr)
         rows += section()
     family_benches = sorted(p for p in (ROOT / "bench").glob("*.py") if p.stem not in ("run", "timing"))
