@@ -12,6 +12,11 @@ Core
 - :mod:`repro.training.batch_schedule`: the run-time batch-size and learning-rate controller.
 - :mod:`repro.training.sample_loop`: one sampler-driven epoch with per-sample loss/accuracy/confidence
   and pass counting.
+- :mod:`repro.training.layertable`: a per-layer table of any torch model (shapes, parameters, FLOPs).
+- :mod:`repro.training.memory`: the tensor-level memory accountant, swap (host or disk store) and
+  recompute of blocks.
+- :mod:`repro.training.ooc_sim`: the two-stream (compute and copy) simulator and the policy planners.
+- :mod:`repro.training.calibrate`: the FLOP rate and alpha-beta constants measured on this machine.
 
 Methods
 - :mod:`repro.training.hier_localsgd`: sharded hierarchical model averaging and the discrepancy metric.
@@ -24,6 +29,10 @@ Methods
 - :mod:`repro.training.multires`: generated log-normal fields (CosmoFlow stand-in), the resolution pyramid,
   the fully convolutional regressor and the plateau-triggered switch.
 - :mod:`repro.training.itersim`: the SimPy discrete-event model of one data-parallel iteration.
+- :mod:`repro.training.sam`: SAM with per-layer masks and the layer-wise selection with a truncated second pass.
+- :mod:`repro.training.sparse_ft`: sparse fine-tuning scores, per-layer budgets, the gradient-mask hook,
+  LoRA (peft) and BitFit.
+- :mod:`repro.training.oracle`: the analytic time and memory oracle per parallel strategy.
 
 Chapters: :mod:`repro.training.chapters`.
 """
