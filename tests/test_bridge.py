@@ -186,7 +186,8 @@ def test_pairs_for_epoch_feeds_each_later_epoch_its_own_pairs() -> None:
     for p, q in zip(fixed.model.parameters(), again.model.parameters()):
         assert torch.equal(p, q)
     # fresh pairs (of another size) change the model; epoch 0 still trains on the pairs passed in
-    fresh = train_bridge(_denoiser(seed=1), xs, xt, c, pairs_for_epoch=lambda e: (xs[: 20 + e], xt[: 20 + e] + 1.0, c[: 20 + e]), **kw)
+    fresh = train_bridge(_denoiser(seed=1), xs, xt, c,
+                         pairs_for_epoch=lambda e: (xs[: 20 + e], xt[: 20 + e] + 1.0, c[: 20 + e]), **kw)
     assert fresh.history[0] == fixed.history[0]
     assert not all(torch.equal(p, q) for p, q in zip(fixed.model.parameters(), fresh.model.parameters()))
     with pytest.raises(ValueError, match="cond must have"):

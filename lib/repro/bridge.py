@@ -1,10 +1,14 @@
 """A Brownian-bridge diffusion model with classifier-free guidance (BBDM-style), for any family.
 
 Public API (stable):
-    ``BridgeSchedule(n_timesteps, m_min, m_max, max_var)``: the ``m_t`` / ``var_t`` schedule; ``q_sample`` and ``bridge_marginal`` draw the forward bridge.
-    ``train_bridge(denoiser, x_source, x_target, cond, *, schedule, epochs, ..., pairs_for_epoch=None) -> BridgeTrainResult`` (``model``, ``ema_model``, ``history``).
-    ``bridge_sample(denoiser, x_source, cond, *, schedule, n_steps, eta, guidance, ...)``: reverse walk from source to target estimates.
-    ``MLPDenoiser(dim, cond_dim, hidden, n_timesteps, activation)``: a vector denoiser; any module ``denoiser(x_t, t, cond)`` works.
+    ``BridgeSchedule(n_timesteps, m_min, m_max, max_var)``: the ``m_t`` / ``var_t`` schedule;
+        ``q_sample`` and ``bridge_marginal`` draw the forward bridge.
+    ``train_bridge(denoiser, x_source, x_target, cond, *, schedule, epochs, ..., pairs_for_epoch=None)
+        -> BridgeTrainResult`` (``model``, ``ema_model``, ``history``).
+    ``bridge_sample(denoiser, x_source, cond, *, schedule, n_steps, eta, guidance, ...)``: reverse walk
+        from source to target estimates.
+    ``MLPDenoiser(dim, cond_dim, hidden, n_timesteps, activation)``: a vector denoiser; any module
+        ``denoiser(x_t, t, cond)`` works (condition tensors may be vectors or image-shaped maps).
     Helpers: ``guided_prediction`` (classifier-free guidance), ``drop_condition``, ``sampling_steps``, ``EMA``.
 
 General over shapes: designs are tensors ``(B, ...)`` (vectors for offline
@@ -52,7 +56,6 @@ from repro.validation import (
     check_positive,
     check_positive_int,
 )
-
 
 PairSource = Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
 """``epoch -> (x_source, x_target, cond)``: fresh training pairs for one epoch of :func:`train_bridge`."""
@@ -243,7 +246,9 @@ class EMA:
             pe.copy_(p.detach())
 
 
-def drop_condition(cond: torch.Tensor, p_uncond: float, generator: torch.Generator, null_cond: torch.Tensor | None = None) -> torch.Tensor:
+def drop_condition(
+    cond: torch.Tensor, p_uncond: float, generator: torch.Generator, null_cond: torch.Tensor | None = None
+) -> torch.Tensor:
     """Replace each row of ``cond`` by the null condition with probability ``p_uncond``.
 
     Parameters
@@ -291,7 +296,9 @@ class BridgeTrainResult:
 def _check_pairs(x_source: torch.Tensor, x_target: torch.Tensor, cond: torch.Tensor | None) -> int:
     """The number of training pairs, after checking that the three tensors agree."""
     if x_source.shape != x_target.shape:
-        raise ValueError(f"x_source and x_target must have the same shape, got {tuple(x_source.shape)} and {tuple(x_target.shape)}")
+        raise ValueError(
+            f"x_source and x_target must have the same shape, got {tuple(x_source.shape)} and {tuple(x_target.shape)}"
+        )
     n = x_source.shape[0]
     if n < 1:
         raise ValueError("x_source must hold at least one pair")

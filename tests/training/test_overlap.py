@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from repro.training.cost import Network
 from repro.training.itersim import Platform, conv_heavy_layers, simulate_iteration, speedup, vgg_a_layers
 from repro.training.launcher import launch
@@ -68,6 +67,6 @@ def test_iteration_model_invariants(layers):
 
 def test_vgg_a_profile_matches_the_architecture():
     layers = vgg_a_layers()
-    assert sum(l.params for l in layers) == pytest.approx(132.86e6, rel=1e-3)
-    assert sum(l.forward_flops for l in layers) == pytest.approx(15.2e9, rel=0.01)
-    assert sum(l.params for l in conv_heavy_layers()) < 0.2 * sum(l.params for l in layers)
+    assert sum(layer.params for layer in layers) == pytest.approx(132.86e6, rel=1e-3)
+    assert sum(layer.forward_flops for layer in layers) == pytest.approx(15.2e9, rel=0.01)
+    assert sum(layer.params for layer in conv_heavy_layers()) < 0.2 * sum(layer.params for layer in layers)

@@ -19,6 +19,7 @@ Core
 - :mod:`repro.training.calibrate`: the FLOP rate and alpha-beta constants measured on this machine.
 
 Methods
+-------
 - :mod:`repro.training.hier_localsgd`: sharded hierarchical model averaging and the discrepancy metric.
 - :mod:`repro.training.kakurenbo`: KAKURENBO's sample hiding (statistics, move-back, fraction schedule,
   learning-rate compensation, allreduce of the statistics).

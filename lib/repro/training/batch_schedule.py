@@ -68,7 +68,7 @@ class BatchController:
         self._ramp: tuple[float, float, int] | None = None  # (from, to, steps left)
 
     def batches(self, n: int, generator: torch.Generator) -> BatchSampler:
-        """This epoch's batches of sample ids at the current batch size."""
+        """Return the epoch's batches of sample ids at the current batch size."""
         return BatchSampler(SubsetRandomSampler(range(n), generator=generator), self.batch, drop_last=False)
 
     def step_lr(self) -> float:

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from repro.training.cost import (Network, ring_allgather_bytes, ring_allgather_time, ring_allreduce_bytes,
-                                 ring_allreduce_time)
+from repro.training.cost import Network, ring_allgather_bytes, ring_allgather_time, ring_allreduce_bytes, ring_allreduce_time
 from repro.training.launcher import GroupLayout
 from repro.training.simulator import ReplicaBank
 

@@ -77,8 +77,10 @@ def vgg_a_layers(image: int = 224, num_classes: int = 1000) -> list[Layer]:
 
 
 def conv_heavy_layers(image: int = 224, num_classes: int = 1000) -> list[Layer]:
-    """The control: VGG-A's convolutions, two more 3x3 convolutions at the last scale, global pooling and
-    one small FC layer; about VGG-A's FLOPs but a small fraction of its parameters."""
+    """The control network: about VGG-A's FLOPs but a small fraction of its parameters.
+
+    VGG-A's convolutions, two more 3x3 convolutions at the last scale, global pooling and one small FC layer.
+    """
     convs, c, side = _conv_stack(VGG_A_CONV[:-1], image)
     extra = [Layer(f"conv_extra{i}", 2.0 * side * side * c * c * 9, c * c * 9 + c) for i in range(2)]
     return convs + extra + [Layer("fc", 2.0 * c * num_classes, c * num_classes + num_classes)]
@@ -109,7 +111,7 @@ def simulate_iteration(layers: list[Layer], nodes: int, batch: int, platform: Pl
     env = simpy.Environment()
     queue: simpy.Store = simpy.Store(env)
     per_node = batch / nodes
-    fwd = sum(l.forward_flops for l in layers) * per_node / platform.node_flops
+    fwd = sum(layer.forward_flops for layer in layers) * per_node / platform.node_flops
     done = {"backward": 0.0, "comm": 0.0, "busy": 0.0}
 
     def compute():

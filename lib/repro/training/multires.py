@@ -88,8 +88,11 @@ def coarsen(fields: torch.Tensor, factor: int) -> torch.Tensor:
 
 
 def field_cnn(channels: tuple[int, ...] = (8, 16, 16, 32), seed: int = 0) -> nn.Sequential:
-    """Fully convolutional regressor: conv3x3 + BN + LeakyReLU blocks (max-pool after the first two),
-    global average pooling and a linear head to the 2 targets."""
+    """Fully convolutional regressor of the 2 field parameters.
+
+    conv3x3 + BN + LeakyReLU blocks (max-pool after the first two), global average pooling and a linear
+    head to the 2 targets.
+    """
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
     cin = 1

@@ -23,10 +23,9 @@ from repro.parallel import parallel_map
 from repro.training.cost import Network, ring_allreduce_time
 from repro.training.data import synthetic_classification
 from repro.training.distributed import GroupedJob, ModelSpec, grouped_sgd_rank
-from repro.training.hier_localsgd import (flat_averaging_cost, model_discrepancy, sharded_averaging_cost)
+from repro.training.hier_localsgd import flat_averaging_cost, model_discrepancy, sharded_averaging_cost
 from repro.training.launcher import launch
-from repro.training.simulator import (ReplicaBank, SGDConfig, Topology, evaluate, make_optimizer, run_grouped,
-                                      warmup_schedule)
+from repro.training.simulator import ReplicaBank, SGDConfig, Topology, evaluate, make_optimizer, run_grouped, warmup_schedule
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,11 @@ def _recalibrate_bn(model: torch.nn.Module, fields: torch.Tensor, batch_size: in
 
 
 def run_arm(arm: str, setup: MultiresSetup, train: FieldSet, val: FieldSet, seed: int) -> ArmRun:
-    """Train one arm for its epochs (fine, coarse) or, for the mixed arms, as long as the next epoch fits in
-    the fine arm's pixel-pass budget (the BatchNorm re-estimation after the switch is charged too)."""
+    """Train one arm within its budget.
+
+    The fine and coarse arms train for their epochs; the mixed arms train as long as the next epoch fits
+    in the fine arm's pixel-pass budget (the BatchNorm re-estimation after the switch is charged too).
+    """
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; choose from {ARMS}")
     model = field_cnn(setup.channels, seed)
@@ -157,8 +160,10 @@ def sweep(setup: MultiresSetup, seeds: list[int], workers: int = 1) -> list[ArmR
 
 
 def cost_to_target(run: ArmRun, target: float, key: str) -> float:
-    """Cumulative cost (``seconds`` or ``pixel_passes``) when the validation MSE first reaches ``target``;
-    a run that never does is charged its whole cost (censored: counts as no saving at best)."""
+    """Cumulative cost (``seconds`` or ``pixel_passes``) when the validation MSE first reaches ``target``.
+
+    A run that never does is charged its whole cost (censored: counts as no saving at best).
+    """
     for p in run.curve:
         if p.val_mse <= target:
             return getattr(p, key)

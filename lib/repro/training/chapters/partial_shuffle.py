@@ -23,8 +23,7 @@ from repro.training import shuffling
 from repro.training.data import synthetic_classification
 from repro.training.distributed import GroupedJob, ModelSpec, grouped_sgd_rank
 from repro.training.launcher import launch
-from repro.training.simulator import (ReplicaBank, SGDConfig, Topology, evaluate, make_optimizer, run_grouped,
-                                      warmup_schedule)
+from repro.training.simulator import ReplicaBank, SGDConfig, Topology, evaluate, make_optimizer, run_grouped, warmup_schedule
 
 
 @dataclass(frozen=True)
