@@ -6,6 +6,8 @@ every sample exactly once.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 
@@ -127,25 +129,40 @@ def _cap_to_pool(counts: np.ndarray, available: np.ndarray) -> np.ndarray:
     return counts
 
 
-def draw_histogram(labels: np.ndarray, counts: np.ndarray, seed: int = 0) -> list[np.ndarray]:
-    """Draw, without replacement, ``counts[i, c]`` samples of class ``c`` for every client ``i``.
+def shortages(labels: np.ndarray, counts: np.ndarray) -> dict[int, int]:
+    """Classes of ``counts`` that ask for more samples than ``labels`` holds, and by how many."""
+    counts = np.asarray(counts, dtype=np.int64)
+    available = np.bincount(np.asarray(labels), minlength=counts.shape[1])[:counts.shape[1]]
+    return {c: int(counts[:, c].sum() - available[c]) for c in range(counts.shape[1])
+            if counts[:, c].sum() > available[c]}
+
+
+def draw_histogram(labels: np.ndarray, counts: np.ndarray, seed: int = 0, resample: bool = False) -> list[np.ndarray]:
+    """Draw ``counts[i, c]`` samples of class ``c`` for every client ``i``.
+
+    Every class is drawn without replacement while its pool lasts.  A class asked for more samples than it
+    has raises, unless ``resample``: then its whole pool is used once and the shortfall is drawn again
+    from the pool with replacement (so some samples appear twice, on different clients or the same one).
 
     Raises
     ------
     ValueError
-        If a class is asked for more samples than it has.
+        If a class is asked for more samples than it has and ``resample`` is off.
     """
     labels = np.asarray(labels)
     counts = np.asarray(counts, dtype=np.int64)
     num_classes = counts.shape[1]
-    available = np.bincount(labels, minlength=num_classes)[:num_classes]
-    short = [c for c in range(num_classes) if counts[:, c].sum() > available[c]]
-    if short:
-        raise ValueError(f"classes {short} are asked for more samples than they have")
+    short = shortages(labels, counts)
+    if short and not resample:
+        raise ValueError(f"classes {sorted(short)} are asked for more samples than they have "
+                         f"(short by {[short[c] for c in sorted(short)]})")
     rng = np.random.default_rng(seed)
     parts: list[list[np.ndarray]] = [[] for _ in range(len(counts))]
     for c in range(num_classes):
-        pool = rng.permutation(np.flatnonzero(labels == c))
+        members = np.flatnonzero(labels == c)
+        pool = rng.permutation(members)
+        if c in short:
+            pool = rng.permutation(np.concatenate([pool, rng.choice(members, size=short[c], replace=True)]))
         cuts = np.cumsum(counts[:, c])[:-1]
         for i, chunk in enumerate(np.split(pool[: counts[:, c].sum()], cuts)):
             parts[i].append(chunk)
@@ -220,7 +237,8 @@ def cluster_skew_counts(labels: np.ndarray, cluster_sizes: list[int], samples_pe
     distribution ``p_g ~ Dir(alpha 1_C)`` and each of its clients gets
     ``samples_per_client`` samples split over the classes by ``p_g``
     (largest-remainder rounding), so clients of a group share a distribution
-    exactly.  Classes asked for more samples than they have are scaled down.
+    exactly.  The counts are the plan: a class may ask for more samples than
+    it has (see :func:`cluster_skew`, which resamples it).
 
     Returns
     -------
@@ -242,11 +260,24 @@ def cluster_skew_counts(labels: np.ndarray, cluster_sizes: list[int], samples_pe
     cluster = np.repeat(np.arange(len(cluster_sizes)), cluster_sizes)
     dists = rng.dirichlet(np.full(classes, alpha), size=len(cluster_sizes))
     counts = np.stack([_largest_remainder(samples_per_client, dists[g]) for g in cluster])
-    return _cap_to_pool(counts, np.bincount(labels, minlength=classes)), cluster
+    return counts, cluster
 
 
 def cluster_skew(labels: np.ndarray, cluster_sizes: list[int], samples_per_client: int, alpha: float = 0.5,
-                 seed: int = 0) -> list[np.ndarray]:
-    """A cluster-skewed split (CADIS, FedDRL): draws :func:`cluster_skew_counts` from the samples."""
+                 seed: int = 0, on_shortage: str = "resample") -> list[np.ndarray]:
+    """A cluster-skewed split (CADIS, FedDRL): draws :func:`cluster_skew_counts` from the samples.
+
+    Every client gets exactly its planned histogram.  A class the plan asks for more often than it occurs
+    is, with ``on_shortage="resample"``, drawn again with replacement once its pool is used up, and a
+    warning names the classes and the realised per-class totals; with ``"raise"`` the split refuses.
+    (Earlier versions silently scaled such classes down, so some clients got fewer samples than planned.)
+    """
+    if on_shortage not in ("resample", "raise"):
+        raise ValueError(f"on_shortage must be 'resample' or 'raise', got {on_shortage!r}")
     counts, _ = cluster_skew_counts(labels, cluster_sizes, samples_per_client, alpha, seed)
-    return draw_histogram(labels, counts, seed=seed + 1)
+    short = shortages(labels, counts)
+    if short and on_shortage == "resample":
+        warnings.warn(f"cluster_skew: classes {sorted(short)} run out of samples; {sum(short.values())} samples "
+                      f"drawn again with replacement; realised per-class totals {counts.sum(0).tolist()}",
+                      stacklevel=2)
+    return draw_histogram(labels, counts, seed=seed + 1, resample=on_shortage == "resample")

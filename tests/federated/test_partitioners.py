@@ -61,3 +61,19 @@ def test_draw_histogram_refuses_more_than_the_pool():
     with pytest.raises(ValueError, match="classes"):
         P.draw_histogram(np.array([0, 0, 1]), np.array([[2, 0], [1, 1]]))
     assert P._largest_remainder(10, np.array([1.0, 1.0, 1.0])).tolist() == [4, 3, 3]
+
+
+def test_cluster_skew_resamples_a_class_that_runs_out_instead_of_capping_it():
+    labels = np.repeat(np.arange(4), [400, 400, 400, 20])  # class 3 is rare
+    sizes, per_client = [4, 4], 100
+    counts, _ = P.cluster_skew_counts(labels, sizes, per_client, alpha=0.2, seed=4)
+    short = P.shortages(labels, counts)
+    assert short, "the plan must ask for more of some class than it has, or this test proves nothing"
+    with pytest.warns(UserWarning, match="again with replacement"):
+        parts = P.cluster_skew(labels, sizes, per_client, alpha=0.2, seed=4)
+    hist = P.label_histogram(labels, parts, 4)
+    assert np.array_equal(hist, counts) and (hist.sum(1) == per_client).all()  # every client gets its plan
+    used = np.concatenate(parts)
+    assert len(used) - len(np.unique(used)) == sum(short.values())  # exactly the shortfall is drawn twice
+    with pytest.raises(ValueError, match="more samples than they have"):
+        P.cluster_skew(labels, sizes, per_client, alpha=0.2, seed=4, on_shortage="raise")
