@@ -211,3 +211,17 @@ def test_two_chapter_course_builds_with_only_its_chapters(smoke, root, tmp_path)
     html = course_book / "_build" / "html"
     assert sorted(p.stem for p in (html / "chapters").rglob("*.html")) == sorted(picked)
     assert "Two chapters" in (html / "intro.html").read_text() and (html / "exercises.html").is_file()
+
+
+def test_papermill_direct_run_checks_its_parameters(root, tmp_path):
+    """A reader's own papermill run: lists given as -p text are read, bad values are refused by name."""
+    ch = REG.get("pnetcdf-compress")
+    smoke = subprocess.run([sys.executable, "-m", "repro.cli", "params", ch.id, "--profile", "smoke"], cwd=root,
+                           capture_output=True, text=True, check=True).stdout
+    (tmp_path / "smoke.yaml").write_text(smoke)
+    pm = [sys.executable, "-m", "papermill", str(root / ch.notebook), str(tmp_path / "out.ipynb"), "-k", "python3",
+          "-f", str(tmp_path / "smoke.yaml"), "-p", "output_dir", str(tmp_path / "staging"), "--cwd", str(root)]
+    ok = subprocess.run([*pm, "-p", "n_vars", "[3, 6]"], capture_output=True, text=True, timeout=600)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    bad = subprocess.run([*pm, "-p", "n_vars", "[0]"], capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "parameter 'n_vars[0]': 0 is below the minimum" in bad.stderr + bad.stdout
