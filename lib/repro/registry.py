@@ -24,7 +24,6 @@ import yaml
 
 _REGISTRY_FILE = Path(__file__).with_name("registry.yaml")
 _PACKAGE_DIR = Path(__file__).parent
-_LEGACY_CHAPTERS_DIR = _PACKAGE_DIR / "chapters"
 
 #: Verdicts of measured claims, best first.
 MEASURED_VERDICTS = ("reproduced", "exceeds the paper", "direction only", "not reproduced at this scale")
@@ -338,7 +337,7 @@ def parse_registry(raw: dict[str, Any]) -> Registry:
     chapters = []
     seen: set[str] = set()
     order = {f: i for i, f in enumerate(families)}
-    for d in sorted(raw["chapters"], key=lambda c: (order.get(c.get("family"), -1), c.get("_order", (0, 0)))):
+    for d in sorted(raw["chapters"], key=lambda c: (order.get(c.get("family"), -1), c.get("_order", 0))):
         if d["id"] in seen:
             raise ValueError(f"duplicate chapter id {d['id']!r}")
         seen.add(d["id"])
@@ -369,8 +368,8 @@ def parse_registry(raw: dict[str, Any]) -> Registry:
 
 
 def chapter_files() -> list[Path]:
-    """The chapters' registry files: ``<family>/chapters/<id>.yaml`` (and legacy ``chapters/<family>.yaml``)."""
-    return sorted(_LEGACY_CHAPTERS_DIR.glob("*.yaml")) + sorted(_PACKAGE_DIR.glob("*/chapters/*.yaml"))
+    """The chapters' registry files, ``<family>/chapters/<id>.yaml``."""
+    return sorted(_PACKAGE_DIR.glob("*/chapters/*.yaml"))
 
 
 def registry_files() -> list[Path]:
@@ -384,10 +383,8 @@ def load_registry() -> Registry:
     raw = yaml.safe_load(_REGISTRY_FILE.read_text())
     raw.setdefault("chapters", [])
     for i, f in enumerate(chapter_files()):
-        doc = yaml.safe_load(f.read_text()) or {}
-        entries = doc.get("chapters", []) if f.parent == _LEGACY_CHAPTERS_DIR else [doc]
-        for j, d in enumerate(entries or []):
-            d["_source"] = f"lib/repro/{f.relative_to(_PACKAGE_DIR).as_posix()}"
-            d["_order"] = (i, j)
-            raw["chapters"].append(d)
+        d = yaml.safe_load(f.read_text()) or {}
+        d["_source"] = f"lib/repro/{f.relative_to(_PACKAGE_DIR).as_posix()}"
+        d["_order"] = i
+        raw["chapters"].append(d)
     return parse_registry(raw)
