@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from repro.federated.audio import add_noise, snr_db
+from repro.federated.audio import KEYWORD_CLASSES, Speaker, add_noise, keyword_clip, log_mel, snr_db
 from repro.federated.label_noise import noisy_labels, transition_matrix
 
 
@@ -32,3 +32,17 @@ def test_label_noise_rate_and_identity():
     flipped = noisy_labels(y, t, seed=2)
     assert abs((flipped != y).mean() - 0.3) < 0.02
     assert (t[y, flipped] > 0).all()  # never lands on a zeroed cell
+
+
+def test_keyword_clips_are_deterministic_and_features_have_the_stated_shape():
+    speaker = Speaker.draw(3)
+    clips = [keyword_clip(c, speaker, seed=5) for c in range(len(KEYWORD_CLASSES))]
+    np.testing.assert_array_equal(clips[1], keyword_clip(1, speaker, seed=5))
+    assert all(c.shape == (4000,) and np.abs(c).max() == pytest.approx(1.0) for c in clips)
+    features = log_mel(clips[0])
+    assert features.shape == (32, 32) and features.max() == pytest.approx(0.0)
+    # a tone's energy sits in a low mel band; an upward chirp's moves up over time
+    chirp = log_mel(clips[1])
+    loud = chirp.max(axis=0) > -20
+    bands = chirp.argmax(axis=0)[loud]
+    assert bands[-1] > bands[0]

@@ -1,13 +1,21 @@
-"""Audio pieces for federated chapters: additive noise at a target signal-to-noise ratio.
+"""Audio pieces for federated chapters: noise at a target SNR, synthetic keyword clips, log-mel features.
 
 The noise is scaled so that its power on the produced clip is exactly
 ``P_signal / 10^(SNR / 10)`` (FedAudio's rule, applied to the drawn noise's
 measured power rather than its expected power), so the measured SNR of the
 result hits the target.
+
+:func:`keyword_clip` generates FedAudio's substitute data: eight keyword-like
+sound classes (tones, chirps, AM, FM, two-tone, noise bursts, pulse trains)
+voiced by a :class:`Speaker` (pitch, speed, timbre), one speaker per client;
+:func:`log_mel` computes log-mel features with librosa.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import librosa
 import numpy as np
 
 
@@ -41,3 +49,69 @@ def add_noise(clean: np.ndarray, snr: float, seed: int, noise: np.ndarray | None
         raise ValueError(f"noise shape {base.shape} differs from the signal's {clean.shape}")
     target = power(clean) / 10.0 ** (snr / 10.0)
     return clean + base * np.sqrt(target / power(base))
+
+
+# ----- synthetic keyword-like clips and their features -------------------------------------------
+KEYWORD_CLASSES = ("tone", "chirp_up", "chirp_down", "am", "fm", "two_tone", "noise_burst", "pulse_train")
+"""The eight synthetic 'keywords' (FedAudio's Speech Commands substituted by generated sounds)."""
+
+
+@dataclass(frozen=True)
+class Speaker:
+    """A client's voice: pitch and speed factors and a timbre (weight of the second harmonic)."""
+
+    pitch: float
+    speed: float
+    timbre: float
+
+    @classmethod
+    def draw(cls, seed: int) -> Speaker:
+        """A random speaker (pitch 0.8-1.25x, speed 0.85-1.15x, timbre 0-0.6)."""
+        rng = np.random.default_rng(seed)
+        return cls(float(rng.uniform(0.8, 1.25)), float(rng.uniform(0.85, 1.15)), float(rng.uniform(0.0, 0.6)))
+
+
+def keyword_clip(label: int, speaker: Speaker, seed: int, sample_rate: int = 8000, seconds: float = 0.5) -> np.ndarray:
+    """One clip of class ``KEYWORD_CLASSES[label]`` as said by ``speaker`` (float32, peak-normalised).
+
+    The sound occupies ``seconds / speaker.speed`` of the clip at a random onset; base frequencies are
+    scaled by the speaker's pitch, and the second harmonic by its timbre.
+    """
+    rng = np.random.default_rng(seed)
+    n = int(sample_rate * seconds)
+    length = min(n, int(n * 0.6 / speaker.speed))
+    t = np.arange(length) / sample_rate
+    f0 = 400.0 * speaker.pitch
+    kind = KEYWORD_CLASSES[label]
+    if kind == "tone":
+        phase = 2 * np.pi * f0 * t
+    elif kind in ("chirp_up", "chirp_down"):
+        f1 = 3 * f0
+        start, end = (f0, f1) if kind == "chirp_up" else (f1, f0)
+        phase = 2 * np.pi * (start * t + (end - start) * t**2 / (2 * t[-1]))
+    elif kind == "fm":
+        phase = 2 * np.pi * f0 * 1.5 * t + 4.0 * np.sin(2 * np.pi * 12 * t)
+    else:
+        phase = 2 * np.pi * f0 * t
+    wave = np.sin(phase) + speaker.timbre * np.sin(2 * phase)
+    if kind == "am":
+        wave *= 0.5 * (1 + np.sin(2 * np.pi * 15 * t))
+    elif kind == "two_tone":
+        wave = np.where(t < t[-1] / 2, wave, np.sin(2.5 * phase))
+    elif kind == "noise_burst":
+        wave = rng.standard_normal(length)
+    elif kind == "pulse_train":
+        wave *= (np.sin(2 * np.pi * 8 * t) > 0.6)
+    wave *= np.hanning(length)
+    clip = np.zeros(n)
+    onset = int(rng.integers(0, n - length + 1))
+    clip[onset:onset + length] = wave
+    return (clip / max(np.abs(clip).max(), 1e-9)).astype(np.float32)
+
+
+def log_mel(clip: np.ndarray, sample_rate: int = 8000, n_mels: int = 32, frames: int = 32) -> np.ndarray:
+    """Log-mel spectrogram ``(n_mels, frames)`` in dB (librosa), the hop chosen to give ``frames`` frames."""
+    hop = max(1, len(clip) // frames)
+    mel = librosa.feature.melspectrogram(y=np.asarray(clip, np.float32), sr=sample_rate, n_fft=256, hop_length=hop,
+                                         n_mels=n_mels, fmax=sample_rate / 2)
+    return librosa.power_to_db(mel, ref=np.max)[:, :frames].astype(np.float32)
