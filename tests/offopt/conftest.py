@@ -10,7 +10,6 @@ matplotlib.use("Agg")  # tests only; notebooks never set a backend
 
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
-
 from repro.offopt.grid import GridResult, MethodSpec, build_tasks, run_grid  # noqa: E402
 from repro.offopt.surrogate import torch_threads  # noqa: E402
 from repro.offopt.tasks import OfflineTask  # noqa: E402
@@ -19,7 +18,16 @@ TINY = dict(
     n_candidates=16,
     surrogate={"hidden": [16], "epochs": 4},
     search={"grad_steps": 8, "cma_starts": 4, "cma_generations": 4, "cma_popsize": 6},
-    root={"n_functions": 2, "n_seeds": 16, "gp_steps": 10, "gp_lr": 1e-2, "hidden": [16], "epochs": 2, "n_timesteps": 50, "sample_steps": 5},
+    root={
+        "n_functions": 2,
+        "n_seeds": 16,
+        "gp_steps": 10,
+        "gp_lr": 1e-2,
+        "hidden": [16],
+        "epochs": 2,
+        "n_timesteps": 50,
+        "sample_steps": 5,
+    },
     progress=False,
 )
 """Grid settings small enough for unit tests."""
@@ -44,8 +52,14 @@ def tasks() -> list[OfflineTask]:
 
 @pytest.fixture(scope="session")
 def grid(tasks) -> GridResult:
-    methods = ["best_offline", "grad_ascent", "grad_ascent+ignite2", "cma_es", "cma_es+ignite2",
-               MethodSpec("root (F=1)", "root", root={"n_functions": 1})]
+    methods = [
+        "best_offline",
+        "grad_ascent",
+        "grad_ascent+ignite2",
+        "cma_es",
+        "cma_es+ignite2",
+        MethodSpec("root (F=1)", "root", root={"n_functions": 1}),
+    ]
     return run_grid(tasks, methods, [0, 1], diagnostics=["sharpness", "sensitivity"], **TINY)
 
 
@@ -57,8 +71,19 @@ def rows_from() -> Callable[..., pd.DataFrame]:
         out = []
         for (task, method, seed), v in values.items():
             opt, _, reg = method.partition("+")
-            out.append({"task": task, "method": method, "optimizer": opt, "regularizer": reg or "none", "seed": seed,
-                        "p100": v, "p80": v, "p50": v, "best_offline": best})
+            out.append(
+                {
+                    "task": task,
+                    "method": method,
+                    "optimizer": opt,
+                    "regularizer": reg or "none",
+                    "seed": seed,
+                    "p100": v,
+                    "p80": v,
+                    "p50": v,
+                    "best_offline": best,
+                }
+            )
         return pd.DataFrame(out)
 
     return build

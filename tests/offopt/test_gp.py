@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from repro.offopt.gp import (
     GPPosteriorMean,
     RFFPosteriorSample,
@@ -56,12 +55,34 @@ def test_rff_posterior_sample_fits_the_data_and_is_seeded() -> None:
 
 @pytest.mark.parametrize("kind", ["posterior_mean", "rff_sample"])
 def test_ensemble_hyperparameters_are_sampled_in_range_and_reproducible(kind: str) -> None:
-    ens = gp_ensemble(X, Y, n_functions=6, lengthscale=1.0, outputscale=2.0, delta_lengthscale=0.25, delta_outputscale=0.5, kind=kind, n_features=32, seed=7)
+    ens = gp_ensemble(
+        X,
+        Y,
+        n_functions=6,
+        lengthscale=1.0,
+        outputscale=2.0,
+        delta_lengthscale=0.25,
+        delta_outputscale=0.5,
+        kind=kind,
+        n_features=32,
+        seed=7,
+    )
     ls = np.array([f.lengthscale for f in ens])
     os_ = np.array([f.outputscale for f in ens])
     assert np.all((0.75 <= ls) & (ls <= 1.25)) and np.all((1.5 <= os_) & (os_ <= 2.5))
     assert len(set(ls.round(12))) == 6
-    again = gp_ensemble(X, Y, n_functions=6, lengthscale=1.0, outputscale=2.0, delta_lengthscale=0.25, delta_outputscale=0.5, kind=kind, n_features=32, seed=7)
+    again = gp_ensemble(
+        X,
+        Y,
+        n_functions=6,
+        lengthscale=1.0,
+        outputscale=2.0,
+        delta_lengthscale=0.25,
+        delta_outputscale=0.5,
+        kind=kind,
+        n_features=32,
+        seed=7,
+    )
     xq = torch.as_tensor(X[:4])
     assert all(torch.equal(f(xq), g(xq)) for f, g in zip(ens, again))
     with pytest.raises(ValueError, match="delta_lengthscale"):

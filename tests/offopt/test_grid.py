@@ -8,11 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from scipy import stats
-
 from repro.offopt import grid as g
 from repro.offopt.pipeline import fit_surrogate, run_method
 from repro.offopt.regularizers import empirical_sensitivity, gradient_norm
+from scipy import stats
 
 
 def test_grid_is_tidy_one_row_per_task_method_seed(grid: g.GridResult) -> None:
@@ -42,8 +41,10 @@ def test_grid_is_deterministic_by_seed_and_sharing_changes_nothing(tasks, tiny) 
     a = g.run_grid(tasks[:1], ["grad_ascent", "cma_es"], [3], **tiny).rows
     b = g.run_grid(tasks[:1], ["cma_es", "grad_ascent"], [3], **tiny).rows
     key = ["task", "method", "seed"]
-    pd.testing.assert_frame_equal(a.sort_values(key)[["p100", "p80", "p50"]].reset_index(drop=True),
-                                  b.sort_values(key)[["p100", "p80", "p50"]].reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        a.sort_values(key)[["p100", "p80", "p50"]].reset_index(drop=True),
+        b.sort_values(key)[["p100", "p80", "p50"]].reset_index(drop=True),
+    )
     # a surrogate trained once and searched twice gives what a fresh pipeline run gives
     kw = {k: v for k, v in tiny.items() if k != "progress"}
     solo = run_method(tasks[0], "cma_es", seed=3, **kw)
@@ -67,10 +68,20 @@ def test_grid_rejects_bad_input(tasks) -> None:
 
 def test_mean_rank_by_seed_and_score_table(rows_from) -> None:
     # seed 0: A best on both tasks, B and C tie on t2; seed 1: C best everywhere
-    vals = {("t1", "A", 0): 0.9, ("t1", "B", 0): 0.5, ("t1", "C", 0): 0.1,
-            ("t2", "A", 0): 0.8, ("t2", "B", 0): 0.3, ("t2", "C", 0): 0.3,
-            ("t1", "A", 1): 0.1, ("t1", "B", 1): 0.2, ("t1", "C", 1): 0.3,
-            ("t2", "A", 1): 0.1, ("t2", "B", 1): 0.2, ("t2", "C", 1): 0.3}
+    vals = {
+        ("t1", "A", 0): 0.9,
+        ("t1", "B", 0): 0.5,
+        ("t1", "C", 0): 0.1,
+        ("t2", "A", 0): 0.8,
+        ("t2", "B", 0): 0.3,
+        ("t2", "C", 0): 0.3,
+        ("t1", "A", 1): 0.1,
+        ("t1", "B", 1): 0.2,
+        ("t1", "C", 1): 0.3,
+        ("t2", "A", 1): 0.1,
+        ("t2", "B", 1): 0.2,
+        ("t2", "C", 1): 0.3,
+    }
     rows = rows_from(vals)
     ranks = g.mean_rank_by_seed(rows)
     assert list(ranks.columns) == ["A", "B", "C"] and list(ranks.index) == [0, 1]
@@ -85,24 +96,48 @@ def test_mean_rank_by_seed_and_score_table(rows_from) -> None:
 
 
 def test_regulariser_claims_count_pairs_per_seed(rows_from) -> None:
-    vals = {("t1", "ga", 0): 0.50, ("t1", "ga+boss", 0): 0.55, ("t1", "cma", 0): 0.40, ("t1", "cma+boss", 0): 0.30,
-            ("t2", "ga", 0): 0.80, ("t2", "ga+boss", 0): 0.80, ("t2", "cma", 0): 0.20, ("t2", "cma+boss", 0): 0.25,
-            ("t1", "ga", 1): 0.50, ("t1", "ga+boss", 1): 0.60, ("t1", "cma", 1): 0.40, ("t1", "cma+boss", 1): 0.44,
-            ("t2", "ga", 1): 0.80, ("t2", "ga+boss", 1): 0.88, ("t2", "cma", 1): 0.20, ("t2", "cma+boss", 1): 0.22}
+    vals = {
+        ("t1", "ga", 0): 0.50,
+        ("t1", "ga+boss", 0): 0.55,
+        ("t1", "cma", 0): 0.40,
+        ("t1", "cma+boss", 0): 0.30,
+        ("t2", "ga", 0): 0.80,
+        ("t2", "ga+boss", 0): 0.80,
+        ("t2", "cma", 0): 0.20,
+        ("t2", "cma+boss", 0): 0.25,
+        ("t1", "ga", 1): 0.50,
+        ("t1", "ga+boss", 1): 0.60,
+        ("t1", "cma", 1): 0.40,
+        ("t1", "cma+boss", 1): 0.44,
+        ("t2", "ga", 1): 0.80,
+        ("t2", "ga+boss", 1): 0.88,
+        ("t2", "cma", 1): 0.20,
+        ("t2", "cma+boss", 1): 0.22,
+    }
     rows = rows_from(vals)
     gains = g.paired_gains(rows, "boss")
     assert len(gains) == 8 and set(gains.base) == {"ga", "cma"}
     c = g.regulariser_claims(rows, "boss")
     assert c["frac_improved"] == [0.5, 1.0]  # a tie is not an improvement
-    np.testing.assert_allclose(c["mean_gain_points"], [100 * (0.05 - 0.10 + 0.0 + 0.05) / 4, 100 * (0.10 + 0.04 + 0.08 + 0.02) / 4])
+    np.testing.assert_allclose(
+        c["mean_gain_points"], [100 * (0.05 - 0.10 + 0.0 + 0.05) / 4, 100 * (0.10 + 0.04 + 0.08 + 0.02) / 4]
+    )
     np.testing.assert_allclose(c["max_rel_gain_pct"], [25.0, 20.0])
     with pytest.raises(ValueError, match="pair"):
         g.paired_gains(rows, "ignite")
 
 
 def test_diagnostic_reduction_counts_each_surrogate_once(rows_from) -> None:
-    rows = rows_from({("t1", "grad_ascent", 0): 0.5, ("t1", "grad_ascent+ignite", 0): 0.5, ("t1", "cma_es", 0): 0.5,
-                  ("t2", "grad_ascent", 0): 0.5, ("t2", "grad_ascent+ignite", 0): 0.5, ("t2", "cma_es", 0): 0.5})
+    rows = rows_from(
+        {
+            ("t1", "grad_ascent", 0): 0.5,
+            ("t1", "grad_ascent+ignite", 0): 0.5,
+            ("t1", "cma_es", 0): 0.5,
+            ("t2", "grad_ascent", 0): 0.5,
+            ("t2", "grad_ascent+ignite", 0): 0.5,
+            ("t2", "cma_es", 0): 0.5,
+        }
+    )
     rows["sharpness_unseen"] = [4.0, 3.0, 4.0, 2.0, 0.0, 2.0]
     # vanilla mean over tasks (4 + 2) / 2 = 3, regularised (3 + 0) / 2 = 1.5 -> 50 %
     assert g.diagnostic_reduction(rows, "ignite", "sharpness_unseen") == [50.0]
@@ -112,7 +147,13 @@ def test_diagnostic_reduction_counts_each_surrogate_once(rows_from) -> None:
 
 def test_regularised_methods_order_and_checks() -> None:
     assert g.regularised_methods(["grad_ascent", "cma_es"], ["ignite", "ignite2"]) == [
-        "grad_ascent", "grad_ascent+ignite", "grad_ascent+ignite2", "cma_es", "cma_es+ignite", "cma_es+ignite2"]
+        "grad_ascent",
+        "grad_ascent+ignite",
+        "grad_ascent+ignite2",
+        "cma_es",
+        "cma_es+ignite",
+        "cma_es+ignite2",
+    ]
     with pytest.raises(ValueError, match="optimizers"):
         g.regularised_methods(["root"], ["boss"])
     with pytest.raises(ValueError, match="method"):
@@ -131,8 +172,18 @@ def test_unseen_designs_lie_beyond_the_offline_data(tasks) -> None:
 
 
 def test_best_by_task_picks_the_highest_mean(rows_from) -> None:
-    rows = rows_from({("t1", "A", 0): 0.9, ("t1", "B", 0): 0.5, ("t1", "A", 1): 0.1, ("t1", "B", 1): 0.6,
-                  ("t2", "A", 0): 0.2, ("t2", "B", 0): 0.2, ("t2", "A", 1): 0.2, ("t2", "B", 1): 0.2})
+    rows = rows_from(
+        {
+            ("t1", "A", 0): 0.9,
+            ("t1", "B", 0): 0.5,
+            ("t1", "A", 1): 0.1,
+            ("t1", "B", 1): 0.6,
+            ("t2", "A", 0): 0.2,
+            ("t2", "B", 0): 0.2,
+            ("t2", "A", 1): 0.2,
+            ("t2", "B", 1): 0.2,
+        }
+    )
     best = g.best_by_task(rows)
     assert best.to_dict() == {"t1": "B", "t2": "A"}  # means 0.5 vs 0.55; a tie goes to the first in grid order
 
@@ -154,8 +205,21 @@ def test_grid_rejects_unknown_regulariser_settings(tasks) -> None:
         g.run_grid(tasks, ["grad_ascent+boss"], [0], regularizer_kwargs={"bos": {"weight": 1.0}}, progress=False)
 
 
-SETTINGS = dict(tasks=["ackley", "rosenbrock"], dim=3, n_pool=300, q=50.0, n_ref=2000, n_candidates=16, seeds=[0, 1],
-                hidden=[16], surrogate_epochs=4, grad_steps=8, grad_lr=0.01, cma_starts=4, cma_generations=4)
+SETTINGS = dict(
+    tasks=["ackley", "rosenbrock"],
+    dim=3,
+    n_pool=300,
+    q=50.0,
+    n_ref=2000,
+    n_candidates=16,
+    seeds=[0, 1],
+    hidden=[16],
+    surrogate_epochs=4,
+    grad_steps=8,
+    grad_lr=0.01,
+    cma_starts=4,
+    cma_generations=4,
+)
 
 
 def test_grid_settings_are_frozen_tuples_named_as_the_schema(tasks) -> None:
@@ -174,8 +238,16 @@ def test_grid_settings_are_frozen_tuples_named_as_the_schema(tasks) -> None:
 
 
 def test_paired_mean_gain_is_the_mean_with_a_t_interval(rows_from) -> None:
-    vals = {("t1", "ga", 0): 0.50, ("t1", "ga+ignite", 0): 0.55, ("t2", "ga", 0): 0.40, ("t2", "ga+ignite", 0): 0.38,
-            ("t1", "ga", 1): 0.50, ("t1", "ga+ignite", 1): 0.60, ("t2", "ga", 1): 0.40, ("t2", "ga+ignite", 1): 0.44}
+    vals = {
+        ("t1", "ga", 0): 0.50,
+        ("t1", "ga+ignite", 0): 0.55,
+        ("t2", "ga", 0): 0.40,
+        ("t2", "ga+ignite", 0): 0.38,
+        ("t1", "ga", 1): 0.50,
+        ("t1", "ga+ignite", 1): 0.60,
+        ("t2", "ga", 1): 0.40,
+        ("t2", "ga+ignite", 1): 0.44,
+    }
     rows = rows_from(vals)
     rel = np.array([10.0, -5.0, 20.0, 10.0])  # percent of |vanilla|, pairs in (task, seed) order
     m = g.paired_mean_gain(rows, "ignite")
@@ -207,4 +279,3 @@ def test_the_max_of_null_gains_looks_like_a_boost_but_the_paired_mean_does_not(r
     assert max(g.regulariser_claims(rows, "ignite")["max_rel_gain_pct"]) > 5.0  # "a boost" from noise alone
     m = g.paired_mean_gain(rows, "ignite")
     assert m.low < 0.0 < m.high and not m.excludes_zero
-

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from repro.offopt.optimizers import as_numpy_fn
 from repro.offopt.pipeline import parse_method, propose, run_method
 from repro.offopt.surrogate import torch_threads
@@ -26,7 +25,16 @@ TINY = dict(
     n_candidates=16,
     surrogate={"hidden": [16], "epochs": 5},
     search={"grad_steps": 10, "cma_starts": 4, "cma_generations": 5, "cma_popsize": 6, "ga_generations": 5},
-    root={"n_functions": 2, "n_seeds": 16, "gp_steps": 10, "gp_lr": 1e-2, "hidden": [16], "epochs": 2, "n_timesteps": 50, "sample_steps": 5},
+    root={
+        "n_functions": 2,
+        "n_seeds": 16,
+        "gp_steps": 10,
+        "gp_lr": 1e-2,
+        "hidden": [16],
+        "epochs": 2,
+        "n_timesteps": 50,
+        "sample_steps": 5,
+    },
 )
 
 
@@ -92,4 +100,3 @@ def test_root_pairs_per_epoch_is_an_option_that_draws_new_pairs(task: OfflineTas
     assert fresh.extras["bridge_history"][0] == once.extras["bridge_history"][0]
     assert not np.array_equal(fresh.candidates, once.candidates)
     assert np.array_equal(fresh.candidates, propose(task, "root", seed=2, **{**TINY, "root": fresh_root}).candidates)
-

@@ -5,20 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import nn
-
 from repro.offopt.regularizers import (
     SensitivityRegularizer,
     SharpnessRegularizer,
     empirical_sensitivity,
+    grad_norm_gradient,
     gradient_norm,
     gradient_sum,
-    grad_norm_gradient,
     perturbed_mean_prediction,
     sam_sharpness,
     sensitivity_loss,
 )
 from repro.offopt.surrogate import MLPSurrogate, predict, seeded, torch_threads, train_ensemble, train_surrogate
+from torch import nn
 
 
 @pytest.fixture(autouse=True, scope="module")

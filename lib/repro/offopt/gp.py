@@ -70,7 +70,9 @@ class GPPosteriorMean:
         Observation-noise variance added to the diagonal.
     """
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, *, lengthscale: float = 1.0, outputscale: float = 1.0, noise: float = 0.01) -> None:
+    def __init__(
+        self, x: np.ndarray, y: np.ndarray, *, lengthscale: float = 1.0, outputscale: float = 1.0, noise: float = 0.01
+    ) -> None:
         x = as_2d("x", x)
         y = as_1d("y", y, n=x.shape[0])
         self.lengthscale = check_positive("lengthscale", lengthscale)
@@ -254,7 +256,9 @@ def gp_ensemble(
             members.append(GPPosteriorMean(x, y, lengthscale=ls, outputscale=os_, noise=noise))
         else:
             members.append(
-                RFFPosteriorSample(x, y, lengthscale=ls, outputscale=os_, noise=noise, n_features=n_features, seed=derive_seed(seed, 41, i))
+                RFFPosteriorSample(
+                    x, y, lengthscale=ls, outputscale=os_, noise=noise, n_features=n_features, seed=derive_seed(seed, 41, i)
+                )
             )
     return members
 
@@ -287,7 +291,9 @@ class DesignPairs:
         """Concatenate several sets of pairs."""
         if not parts:
             raise ValueError("parts must not be empty")
-        return DesignPairs(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("x_low", "x_high", "y_low", "y_high", "function_index")))
+        return DesignPairs(
+            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("x_low", "x_high", "y_low", "y_high", "function_index"))
+        )
 
 
 def sample_design_pairs(

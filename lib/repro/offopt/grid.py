@@ -136,8 +136,12 @@ class GridSettings:
 
     def search_config(self) -> dict[str, Any]:
         """Overrides of :class:`repro.offopt.pipeline.SearchConfig`."""
-        return {"grad_steps": self.grad_steps, "grad_lr": self.grad_lr, "cma_starts": self.cma_starts,
-                "cma_generations": self.cma_generations}
+        return {
+            "grad_steps": self.grad_steps,
+            "grad_lr": self.grad_lr,
+            "cma_starts": self.cma_starts,
+            "cma_generations": self.cma_generations,
+        }
 
 
 @dataclass
@@ -169,7 +173,9 @@ class GridResult:
     methods: list[str]
 
 
-def build_tasks(names: Sequence[str], dim: int, *, n: int = 2000, q: float = 50.0, seed: int = 0, n_ref: int = 20_000) -> list[OfflineTask]:
+def build_tasks(
+    names: Sequence[str], dim: int, *, n: int = 2000, q: float = 50.0, seed: int = 0, n_ref: int = 20_000
+) -> list[OfflineTask]:
     """Build the chapters' tasks (the same pool seed for all of them).
 
     Parameters
@@ -365,20 +371,43 @@ def run_grid(
                     if key not in models:
                         m, _ = fit_surrogate(task, seed=seed, regularizer=reg, config=surrogate, regularizer_kwargs=rkw)
                         trained = time.perf_counter() - t0
-                        d = surrogate_diagnostics(m, task, diagnostics, seed=derive_seed(seed, 90), sensitivity_kwargs=sensitivity_kwargs) if diagnostics else {}
+                        d = (
+                            surrogate_diagnostics(
+                                m, task, diagnostics, seed=derive_seed(seed, 90), sensitivity_kwargs=sensitivity_kwargs
+                            )
+                            if diagnostics
+                            else {}
+                        )
                         models[key] = (m, trained, d)
                     model, train_s, diag = models[key]
                 t1 = time.perf_counter()
                 prop = propose(
-                    task, spec.method, seed=seed, n_candidates=n_candidates, surrogate=surrogate, search=search,
-                    root=_merge(root, spec.root), regularizer_kwargs=rkw, model=model,
+                    task,
+                    spec.method,
+                    seed=seed,
+                    n_candidates=n_candidates,
+                    surrogate=surrogate,
+                    search=search,
+                    root=_merge(root, spec.root),
+                    regularizer_kwargs=rkw,
+                    model=model,
                 )
                 seconds = train_s + time.perf_counter() - t1
                 ev = task.evaluate(prop.candidates)
                 scores[(task.name, spec.label, seed)] = ev["scores"]
                 cands[(task.name, spec.label, seed)] = prop.candidates_z
-                row = {"task": task.name, "method": spec.label, "optimizer": opt, "regularizer": reg or "none", "seed": seed, "p100": ev["p100"], "p80": ev["p80"], "p50": ev["p50"],
-                       "best_offline": ev["best_offline"], "seconds": seconds}
+                row = {
+                    "task": task.name,
+                    "method": spec.label,
+                    "optimizer": opt,
+                    "regularizer": reg or "none",
+                    "seed": seed,
+                    "p100": ev["p100"],
+                    "p80": ev["p80"],
+                    "p50": ev["p50"],
+                    "best_offline": ev["best_offline"],
+                    "seconds": seconds,
+                }
                 for name in DIAGNOSTICS:
                     if name in diagnostics:
                         row[f"{name}_offline"] = diag.get(f"{name}_offline", np.nan)
@@ -467,8 +496,17 @@ def paired_gains(rows: pd.DataFrame, regularizer: str, metric: str = "p100") -> 
         for base in bases:
             for seed in sorted(set(rows.seed)):
                 v, r = float(idx[(task, base, seed)]), float(idx[(task, f"{base}+{regularizer}", seed)])
-                out.append({"task": task, "base": base, "seed": seed, "vanilla": v, "regularised": r, "gain": r - v,
-                            "rel_gain_pct": 100.0 * (r - v) / max(abs(v), 1e-12)})
+                out.append(
+                    {
+                        "task": task,
+                        "base": base,
+                        "seed": seed,
+                        "vanilla": v,
+                        "regularised": r,
+                        "gain": r - v,
+                        "rel_gain_pct": 100.0 * (r - v) / max(abs(v), 1e-12),
+                    }
+                )
     return pd.DataFrame(out)
 
 
@@ -623,12 +661,19 @@ def task_summary(tasks: Sequence[OfflineTask]) -> pd.DataFrame:
     pandas.DataFrame
         Columns ``task, dim, offline designs, hidden designs, best offline (normalised), y range``.
     """
-    return pd.DataFrame([
-        {"task": t.name, "dim": t.dim, "offline designs": t.x.shape[0], "hidden designs": t.x_hidden.shape[0],
-         "best offline (normalised)": round(float(t.normalise(t.y.max())), 3),
-         "y range": f"[{t.y_min:.3g}, {t.y_max:.3g}]"}
-        for t in tasks
-    ])
+    return pd.DataFrame(
+        [
+            {
+                "task": t.name,
+                "dim": t.dim,
+                "offline designs": t.x.shape[0],
+                "hidden designs": t.x_hidden.shape[0],
+                "best offline (normalised)": round(float(t.normalise(t.y.max())), 3),
+                "y range": f"[{t.y_min:.3g}, {t.y_max:.3g}]",
+            }
+            for t in tasks
+        ]
+    )
 
 
 def best_by_task(rows: pd.DataFrame, metric: str = "p100") -> pd.Series:

@@ -37,7 +37,9 @@ from repro.validation import (
 ArrayFn = Callable[[np.ndarray], np.ndarray]
 
 
-def _bounds(lower: np.ndarray | float | None, upper: np.ndarray | float | None, dim: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _bounds(
+    lower: np.ndarray | float | None, upper: np.ndarray | float | None, dim: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
     lo = None if lower is None else np.broadcast_to(np.asarray(lower, dtype=np.float64), (dim,)).copy()
     hi = None if upper is None else np.broadcast_to(np.asarray(upper, dtype=np.float64), (dim,)).copy()
     if lo is not None and hi is not None and np.any(hi <= lo):

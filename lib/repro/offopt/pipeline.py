@@ -266,7 +266,9 @@ def fit_surrogate(
     return model, regs
 
 
-def _finish(task: OfflineTask, method: str, cz: np.ndarray, model: nn.Module | None = None, extras: dict[str, Any] | None = None) -> Proposal:
+def _finish(
+    task: OfflineTask, method: str, cz: np.ndarray, model: nn.Module | None = None, extras: dict[str, Any] | None = None
+) -> Proposal:
     """Clip z-space designs to the task's box in raw units and package them."""
     raw = np.clip(task.from_z(cz), task.lower, task.upper)
     return Proposal(method, raw, task.to_z(raw), model, extras or {})
@@ -407,7 +409,9 @@ def _propose_root(task: OfflineTask, method: str, *, seed: int, k: int, cfg: Roo
 
     f32 = torch.float32
     schedule = BridgeSchedule(n_timesteps=cfg.n_timesteps)
-    denoiser = seeded(lambda: MLPDenoiser(task.dim, cond_dim=2, hidden=cfg.hidden, n_timesteps=cfg.n_timesteps), derive_seed(seed, 61))
+    denoiser = seeded(
+        lambda: MLPDenoiser(task.dim, cond_dim=2, hidden=cfg.hidden, n_timesteps=cfg.n_timesteps), derive_seed(seed, 61)
+    )
     res = train_bridge(
         denoiser,
         x_low,
@@ -441,8 +445,13 @@ def _propose_root(task: OfflineTask, method: str, *, seed: int, k: int, cfg: Roo
         guidance=cfg.guidance,
         seed=derive_seed(seed, 63),
     )
-    extras = {"n_pairs": len(pairs), "n_pairs_by_epoch": pair_counts, "bridge_history": res.history, "y_target_z": y_target,
-              "config": asdict(cfg)}
+    extras = {
+        "n_pairs": len(pairs),
+        "n_pairs_by_epoch": pair_counts,
+        "bridge_history": res.history,
+        "y_target_z": y_target,
+        "config": asdict(cfg),
+    }
     return _finish(task, method, out.double().numpy(), None, extras)
 
 

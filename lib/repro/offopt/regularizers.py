@@ -94,7 +94,9 @@ def _shift(params: Params, direction: Sequence[torch.Tensor], step: float | torc
 # ----------------------------------------------------------------------------
 
 
-def gradient_sum(model: nn.Module, x: torch.Tensor, *, create_graph: bool = False, variant: str = "sum") -> tuple[torch.Tensor, torch.Tensor]:
+def gradient_sum(
+    model: nn.Module, x: torch.Tensor, *, create_graph: bool = False, variant: str = "sum"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``G_B`` and ``S``, the sum (or norm) of ``dG_B/dbeta`` over all parameter entries.
 
     Parameters
@@ -122,9 +124,7 @@ def gradient_sum(model: nn.Module, x: torch.Tensor, *, create_graph: bool = Fals
     return g_b, s
 
 
-def sensitivity_loss(
-    g_b: torch.Tensor, s: torch.Tensor, gamma: torch.Tensor, alpha: float, eps: float = 1e-12
-) -> torch.Tensor:
+def sensitivity_loss(g_b: torch.Tensor, s: torch.Tensor, gamma: torch.Tensor, alpha: float, eps: float = 1e-12) -> torch.Tensor:
     """``L_sens = mean_gamma min(1, (gamma S)^2 / ((alpha G)^2 + eps))``, always in ``[0, 1]``.
 
     Parameters
@@ -275,7 +275,9 @@ class SensitivityRegularizer:
         self.variant = check_choice("variant", variant, ("sum", "norm"))
         self._gen = torch.Generator().manual_seed(int(seed))
         self.phi = seeded(
-            lambda: nn.Sequential(nn.Linear(1, check_positive_int("phi_hidden", phi_hidden)), nn.Tanh(), nn.Linear(phi_hidden, 1), nn.Sigmoid()),
+            lambda: nn.Sequential(
+                nn.Linear(1, check_positive_int("phi_hidden", phi_hidden)), nn.Tanh(), nn.Linear(phi_hidden, 1), nn.Sigmoid()
+            ),
             int(seed) + 1,
         )
         self._phi_opt = torch.optim.Adam(self.phi.parameters(), lr=check_positive("phi_lr", phi_lr))
@@ -290,7 +292,9 @@ class SensitivityRegularizer:
         z = (torch.abs(gamma * s.detach()) > torch.abs(self.alpha * g_b.detach())).to(g_b.dtype)
         if self.update_omega:
             self._ascend_omega(gamma.detach(), eps, z)
-        self.history.append({"l_sens": float(l_sens.detach()), "mu": self.mu, "sigma": self.sigma, "frac_sensitive": float(z.mean())})
+        self.history.append(
+            {"l_sens": float(l_sens.detach()), "mu": self.mu, "sigma": self.sigma, "frac_sensitive": float(z.mean())}
+        )
         return self.weight * l_sens
 
     def _ascend_omega(self, gamma: torch.Tensor, eps: torch.Tensor, z: torch.Tensor) -> None:
@@ -554,7 +558,9 @@ class SharpnessRegularizer:
         """Return the penalty tensor for the batch, then take the dual step."""
         params = trainable_params(model)
         coef = self.lam * self.rho
-        norm, hs = grad_norm_gradient(model, x, y, r=None if self.hvp == "autograd" else self.r, target=self.target, loss=self.loss)
+        norm, hs = grad_norm_gradient(
+            model, x, y, r=None if self.hvp == "autograd" else self.r, target=self.target, loss=self.loss
+        )
         lin = sum((h * p).sum() for h, p in zip(hs, params.values()))
         # value: coef * norm; gradient w.r.t. beta: coef * d||grad T||/dbeta
         penalty = coef * (lin - lin.detach()) + coef * norm
