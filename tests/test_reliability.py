@@ -38,6 +38,20 @@ def test_repro_data_refuses_a_corrupted_file_and_leaves_data_dvc_alone(data_root
     assert (data_root / "data.dvc").read_text() == before
 
 
+def test_a_rewritten_data_dvc_does_not_bless_corrupted_data(data_root, corrupt):
+    """`dvc repro` and `dvc add` rewrite data.dvc to the corrupted hash; the committed record still refuses it."""
+    subprocess.run(["git", "init", "-q", str(data_root)], check=True)
+    subprocess.run(["git", "-C", str(data_root), "add", "data.dvc"], check=True)
+    subprocess.run(["git", "-C", str(data_root), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "data"],
+                   check=True)
+    corrupt(data_root / "data" / "fashion_mnist" / "train_x.npy")
+    dvc_file = data_root / "data.dvc"
+    bad_hash = datasets.dir_hash(datasets.manifest(data_root / "data"))
+    dvc_file.write_text(dvc_file.read_text().replace(datasets.recorded_hash(data_root), bad_hash))  # what dvc repro does
+    with pytest.raises(datasets.DataIntegrityError, match="git checkout data.dvc"):
+        datasets.verify("fashion_mnist", data_root)
+
+
 def test_makefile_checks_data_before_dvc_add(root):
     recipe = (root / "Makefile").read_text().split("\ndata:", 1)[1].split("\n\n", 1)[0]
     lines = [line.strip() for line in recipe.splitlines() if line.startswith("\t")]

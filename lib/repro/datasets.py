@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import json
 import struct
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,7 +183,7 @@ class DataIntegrityError(RuntimeError):
     """The files under ``data/`` differ from what ``data.dvc`` records."""
 
 
-REPAIR = "repair with `dvc checkout --force data.dvc` (or `rm -rf data && make data`)"
+REPAIR = "repair with `git checkout data.dvc && dvc checkout --force data.dvc` (or `rm -rf data && make data`)"
 
 
 def manifest(root: Path | None = None) -> dict[str, str]:
@@ -200,12 +201,30 @@ def dir_hash(entries: dict[str, str]) -> str:
     return hashlib.md5(json.dumps(listing, sort_keys=True).encode()).hexdigest() + ".dir"
 
 
-def recorded_hash(root: Path | None = None) -> str | None:
-    """The folder hash ``data.dvc`` records for ``data/``, or None if there is no ``data.dvc``."""
-    dvc_file = (root or repo_root()) / "data.dvc"
-    if not dvc_file.is_file():
+def _committed_dvc_file(root: Path) -> str | None:
+    """``data.dvc`` as committed in the checkout's HEAD (None outside git or if it is not committed).
+
+    ``dvc repro`` and ``dvc add`` rewrite ``data.dvc`` to whatever ``data/`` holds, so the committed
+    version is the record a corruption cannot rewrite.
+    """
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "show", "HEAD:data.dvc"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    return next(o["md5"] for o in yaml.safe_load(dvc_file.read_text())["outs"] if o["path"] == "data")
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def recorded_hash(root: Path | None = None) -> str | None:
+    """The folder hash recorded for ``data/``: the committed ``data.dvc`` if any, else the file; None if neither."""
+    root = root or repo_root()
+    text = _committed_dvc_file(root)
+    if text is None:
+        dvc_file = root / "data.dvc"
+        if not dvc_file.is_file():
+            return None
+        text = dvc_file.read_text()
+    return next(o["md5"] for o in yaml.safe_load(text)["outs"] if o["path"] == "data")
 
 
 def recorded_manifest(root: Path | None = None) -> dict[str, str] | None:
