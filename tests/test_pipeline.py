@@ -126,6 +126,18 @@ def test_editing_a_module_reruns_only_its_chapters(tmp_path):
     assert "Running stage 'c1'" in third.stdout and "Running stage 'c2'" in third.stdout
 
 
+def test_a_chapter_registry_file_is_a_dependency_of_its_stage_only(root):
+    """Editing one chapter's registry entry reruns that chapter alone; method modules belong to their users."""
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    for ch in REG.chapters:
+        owners = [sid for sid, st in stages.items() if ch.source in st["deps"]]
+        assert owners == [ch.id], f"{ch.source} is a dependency of {owners}"
+    fedlama = [sid for sid, st in stages.items() if "lib/repro/federated/fedlama.py" in st["deps"]]
+    assert fedlama == ["fedlama"]
+    fedgrad_module = [sid for sid, st in stages.items() if "lib/repro/federated/robust.py" in st["deps"]]
+    assert fedgrad_module == ["fedgrad"]
+
+
 def test_killed_run_leaves_no_complete_looking_result(root, out_root):
     """SIGKILL during execution: no ledger record, no executed notebook; an older result stays intact."""
     old = out_root / "results" / "fedlama" / "smoke" / "record.json"
