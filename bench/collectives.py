@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from timing import timed
+
 from repro.collectives import fec, sparse
 from repro.collectives.algorithms import build_schedule
 from repro.collectives.chapters.dln_allreduce import platform as dln_platform
@@ -26,7 +28,6 @@ from repro.collectives.executors.mpi_worker import launch_worker
 from repro.collectives.executors.simgrid import simulate
 from repro.collectives.kautz_mp import kautz_allreduce
 from repro.collectives.sweep import build_platform, platform_key
-from timing import timed
 
 TARGET_S = 60.0
 

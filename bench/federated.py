@@ -17,6 +17,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 from flwr.clientapp import ClientApp
+
 from repro.federated.activation import ActivatedFedAvg, MultiMetricActivation, make_probing_client_app
 from repro.federated.cadis import CADIS, make_kd_client_app
 from repro.federated.client import LocalSGD, make_client_app

@@ -14,6 +14,8 @@ import copy
 
 import torch
 from federated import ACTIVE, LOCAL, SPEC, aggregation_seconds
+from timing import timed
+
 from repro.federated.client import make_client_app
 from repro.federated.fjord import make_fjord_client_app
 from repro.federated.heterofl import WidthReduced, make_heterofl_client_app
@@ -23,7 +25,6 @@ from repro.federated.split import SplitBatch, split_sequential, split_step
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.tiers import Tier
 from repro.models import mlp
-from timing import timed
 
 LAYERS = len(SPEC.hidden) + 1
 MIX = [Tier("strong", LAYERS, 1.0), Tier("moderate", 2, 0.5), Tier("weak", 1, 0.25), Tier("weak", 1, 0.25)] * (

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from timing import timed
+
 from repro.bridge import BridgeSchedule
 from repro.medical.cpdm import BridgeSettings, MapChoice, attenuation_channel, condition_stack, train_translator
 from repro.medical.phantom import PhantomConfig, generate_set, normalise_ct, normalise_pet
@@ -18,7 +20,6 @@ from repro.medical.regression import train_regression
 from repro.medical.report_generator import ChannelScaling, GeneratorConfig, ReportGenerator, Vocabulary, train_generator
 from repro.medical.reports import render
 from repro.medical.unet import UNetConfig
-from timing import timed
 
 N_SLICES = 64
 BATCH = 32

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from timing import timed
+
 from repro.misc import kmeans as km
 from repro.misc import realtime as rt
-from timing import timed
 
 N, K = 200_000, 16
 

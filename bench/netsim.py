@@ -12,13 +12,14 @@ import functools
 
 import numpy as np
 import torch
+from timing import timed
+
 from repro.netsim.dqn import DQNConfig, train_dqn
 from repro.netsim.heuristics import GreedyLatency, RandomAllowed
 from repro.netsim.oppcomm import ACTIONS, OppCommEnv
 from repro.netsim.oppcomm_agents import Scenario
 from repro.netsim.qlearning import QLearningConfig, TabularQ
 from repro.netsim.v2x import ThreeTierV2XEnv, V2XConfig, latencies_from_observation
-from timing import timed
 
 OPP = Scenario(buses=60, rsus=25, horizon_s=1200.0)
 V2X = V2XConfig(vehicle_rate=2.0, task_rate=1.0, horizon_s=10.0)

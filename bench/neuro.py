@@ -10,9 +10,10 @@ ratio to the single-process chip.  Timings live here, never in the tests.
 from __future__ import annotations
 
 import numpy as np
+from timing import timed
+
 from repro.neuro.convert import SpikingNetwork
 from repro.neuro.simulate import ChipConfig, build_chip, chip_run, reference_run
-from timing import timed
 
 SIZES = [1024, 2048, 2048, 256]
 

@@ -8,10 +8,11 @@ never in the tests.
 
 from __future__ import annotations
 
+from timing import timed
+
 from repro.offopt.pipeline import make_regularizer
 from repro.offopt.surrogate import torch_threads, train_surrogate
 from repro.offopt.tasks import OfflineTask, make_task
-from timing import timed
 
 EPOCHS = 5
 

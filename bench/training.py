@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from timing import timed
+
 from repro.models import mlp
 from repro.training import kakurenbo as hiding
 from repro.training.data import synthetic_classification
 from repro.training.launcher import launch
 from repro.training.overlap import MODES, TimingJob, timing_rank
 from repro.training.sample_loop import forward_stats, train_epoch
-from timing import timed
 
 
 def _steps() -> dict[str, float]:

@@ -14,12 +14,13 @@ On a shared 2-core host the numbers are indicative; the ratios are the targets.
 from __future__ import annotations
 
 import torch
+from timing import timed
+from torch import nn
+
 from repro.models import mlp
 from repro.training.chapters.out_of_core import mlp_chain
 from repro.training.memory import DiskStore, HostStore, run_chain
 from repro.training.sparse_ft import GradientMask, build_masks
-from timing import timed
-from torch import nn
 
 
 def _out_of_core() -> dict[str, float]:

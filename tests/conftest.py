@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from repro import datasets
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
+
 from repro.bridge import (
     BridgeSchedule,
     MLPDenoiser,
@@ -15,7 +17,6 @@ from repro.bridge import (
     sampling_steps,
     train_bridge,
 )
-from torch import nn
 
 
 @pytest.fixture(autouse=True, scope="module")

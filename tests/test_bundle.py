@@ -10,6 +10,7 @@ import sys
 import tarfile
 
 import pytest
+
 from repro.bundle import write_bundle
 from repro.datasets import DataIntegrityError
 from repro.registry import load_registry

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from repro.book import assemble
 from repro.registry import VERDICTS, load_registry
 

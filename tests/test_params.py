@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from repro import params
 from repro.registry import load_registry
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from repro import deps, dvcgen, params
 from repro.registry import load_registry
 from repro.runner import RUNTIME_PARAMS

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from repro import datasets, params, runner
 from repro.registry import load_registry
 from repro.results import Ledger

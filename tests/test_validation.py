@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro.validation import as_1d, as_2d, check_choice, check_nonneg, check_open_interval, check_positive, check_positive_int
+from repro.validation import (
+    as_1d,
+    as_2d,
+    check_choice,
+    check_nonneg,
+    check_open_interval,
+    check_positive,
+    check_positive_int,
+)
 
 
 def test_scalar_checks_return_the_value_and_name_the_argument() -> None:

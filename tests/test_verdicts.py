@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from repro.registry import (
     BAND,
     MEASURED_VERDICTS,

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+
 from repro import params
 from repro.collectives.algorithms import build_schedule, closed_form_cost
 from repro.collectives.chapters import a2a_2dfc, dln_allreduce, hamming_fec, multileader_allreduce

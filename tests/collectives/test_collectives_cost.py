@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from repro.collectives.algorithms import ALGORITHMS, build_schedule, closed_form_cost, parameter_grid
 from repro.collectives.cost import schedule_cost
 from repro.collectives.ir import link_bytes, messages, total_link_bytes

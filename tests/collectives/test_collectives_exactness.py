@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+
 from repro.collectives.exactness import algorithm_exactness, exactness_summary
 
 

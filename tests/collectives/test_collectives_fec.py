@@ -12,6 +12,7 @@ import itertools
 
 import numpy as np
 import pytest
+
 from repro.collectives import fec
 from repro.collectives import npb_skeletons as N
 from repro.collectives.chapters.hamming_fec import LinkModel, acceptability, improvements, npb_sweep

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+
 from repro.collectives.algorithms import ALGORITHMS, build_schedule, default_node_size, get_algorithm, parse_spec
 from repro.collectives.alltoall import grid_shape
 from repro.collectives.executors.reference import execute_reference

@@ -13,6 +13,7 @@ import itertools
 import networkx as nx
 import numpy as np
 import pytest
+
 from repro.collectives import kautz_mp as K
 from repro.collectives.algorithms import build_schedule
 from repro.collectives.chapters.kautz_fpga import NetworkSetup, contention_free_time, ports_sweep, structure_checks

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from repro.collectives.algorithms import ALGORITHMS, parse_spec
 from repro.collectives.executors.launcher import MPIRunError, run_mpi
 

@@ -9,6 +9,7 @@ import itertools
 import math
 
 import pytest
+
 from repro.collectives import cost as cm
 from repro.collectives.algorithms import build_schedule
 from repro.collectives.congestion import (

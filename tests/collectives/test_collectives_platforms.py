@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+
 from repro.collectives.algorithms import build_schedule, closed_form_cost
 from repro.collectives.executors.simgrid import simgrid_available, simulate
 from repro.collectives.platforms import fat_tree, fully_connected, kautz, kautz_arcs, two_dim_fc

@@ -11,6 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
+
 from repro.collectives.algorithms import ALLREDUCE_ALGORITHMS, ALLTOALL_ALGORITHMS, build_schedule, parameter_grid
 from repro.collectives.executors.reference import execute_reference, expected_output
 from repro.collectives.ir import Schedule

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.collectives import sparse as S
 from repro.collectives.chapters.sparse_allreduce import ClusterModel, density_sweep, replay_schedule
 from repro.collectives.executors.mpi_worker import launch_worker

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import Strategy
+
 from repro.federated.client import make_client_app
 from repro.federated.engine import History, central_evaluator, initial_arrays, run_federated
 from repro.federated.task import TaskSpec

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from sklearn.metrics import adjusted_rand_score
+
 from repro.federated.cadis import (
     CADIS,
     ClusterEqualWeights,
@@ -21,7 +23,6 @@ from repro.federated.kd import kd_loss
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model, client_data
 from repro.federated.weighting import FlowerPolicyFedAvg
-from sklearn.metrics import adjusted_rand_score
 
 SKEW = TaskSpec(dataset="digits", num_clients=9, scheme="cluster_skew", alpha=0.3, cluster_sizes=(5, 3, 1),
                 samples_per_client=40, hidden=(16,))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.deployment import DeploymentError, FlowerProcess, LocalDeployment, SuperLinkAddress
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.fjord import OrderedDropout, ladder_up_to

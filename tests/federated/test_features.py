@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+
 from repro.federated.cadis import last_layer_features
 from repro.federated.client import to_arrayrecord
 from repro.federated.engine import initial_arrays

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import torch
+
 from repro.federated.feddct import CoTrainedEnsemble, co_training_loss, cot_weight, js_divergence, random_clusters, sub_width
 from repro.models import mlp
 

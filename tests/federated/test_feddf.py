@@ -6,6 +6,7 @@ import copy
 
 import numpy as np
 import torch
+
 from repro.federated.feddf import distill, ensemble_logits, labelled_split, server_distill
 from repro.federated.kd import kd_loss
 from repro.models import mlp

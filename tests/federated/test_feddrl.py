@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.feddrl import (

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.serverapp.strategy import FedAvg
+
 from repro.federated.client import LocalSettings, LocalSGD, client_seed, make_client_app, round_seed
 from repro.federated.engine import History, central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.fedlama import FedLAMA, discrepancy, select_relaxed_layers

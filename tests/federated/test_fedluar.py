@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.federated.client import LocalSGD
 from repro.federated.engine import snapshot
 from repro.federated.fedluar import (

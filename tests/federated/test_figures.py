@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+
 from repro.federated.figures import label_histogram_figure
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.federated.audio import KEYWORD_CLASSES, Speaker, add_noise, keyword_clip, log_mel, snr_db
 from repro.federated.label_noise import noisy_labels, transition_matrix
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro import partition as P
 
 LABELS = np.random.default_rng(0).integers(0, 10, size=6000)

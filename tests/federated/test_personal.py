@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from repro.federated.personal import LabelAccessError, UnseenClientData, em_label_prior, seen_unseen_split
 from scipy.stats import norm
+
+from repro.federated.personal import LabelAccessError, UnseenClientData, em_label_prior, seen_unseen_split
 
 
 def test_unseen_labels_raise_on_access_but_score():

@@ -6,6 +6,7 @@ import copy
 
 import numpy as np
 import torch
+
 from repro.federated.client import LocalSGD, client_seed, local_sgd, make_client_app, round_seed
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.hierfavg import HierFAVG

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.federated.task import TaskSpec, load_dataset, load_task_data
 from repro.federated.textdata import DOC_TOPIC_SOURCES, docstrings, load_doc_topics
 

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from repro.medical.attenuation import KVP_140, attenuation_map, hu_to_mu
 
 

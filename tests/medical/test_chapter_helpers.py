@@ -1,6 +1,7 @@
 import math
 
 import numpy as np
+
 from repro.medical.chapters.vimedpet import VimedpetParams, blank_pet, general_config, in_domain_config, lung_gap
 from repro.medical.reports import FieldScores
 

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+
 from repro.bridge import BridgeSchedule, q_sample
 from repro.medical.cpdm import (
     BridgeSettings,

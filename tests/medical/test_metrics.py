@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from repro.medical.metrics import PSNR_CAP, mae, psnr, score_translations, ssim
 
 

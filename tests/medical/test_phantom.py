@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from repro.medical.phantom import (
     KINDS,
     LUNG_SITES,

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+
 from repro.medical.phantom import PhantomConfig, generate_set, normalise_ct, normalise_pet
 from repro.medical.report_generator import (
     ChannelScaling,

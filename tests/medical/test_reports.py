@@ -1,6 +1,7 @@
 import unicodedata
 
 import pytest
+
 from repro.medical.phantom import PhantomConfig, generate_set
 from repro.medical.report_generator import Vocabulary
 from repro.medical.reports import (

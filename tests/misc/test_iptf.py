@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from repro.misc import iptf
 from sklearn.linear_model import LinearRegression
+
+from repro.misc import iptf
 
 SMALL = iptf.SurveyConfig(fields=40, nights=6, exposures=(15, 20))
 HISTORY = ["space_runtime", "space_objects", "lag_runtime", "recent_runtime"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.misc import kmeans as km
 
 LANES = km.HOST_LANES

@@ -7,6 +7,7 @@ import itertools
 import networkx as nx
 import numpy as np
 import pytest
+
 from repro.misc import realtime as rt
 
 

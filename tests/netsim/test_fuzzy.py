@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.netsim.fuzzy import ConstantTheta, FuzzyTheta, memberships, shaped_reward
 from repro.netsim.heuristics import RandomAllowed
 from repro.netsim.oppcomm import OppCommEnv

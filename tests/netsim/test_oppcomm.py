@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+
 from repro.netsim.heuristics import AllCellular, RandomAllowed
 from repro.netsim.mobility import CitySpec
 from repro.netsim.oppcomm import CELL, ENV_ID, RELAY, RSU, WAIT, OppCommConfig, OppCommEnv

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.netsim.heuristics import RandomAllowed
 from repro.netsim.mobility import CitySpec
 from repro.netsim.oppcomm import ACTIONS, OppCommConfig, OppCommEnv

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from repro.netsim.queues import FifoResource, pass_through
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
+
 from repro.netsim.dqn import DQNConfig, GuidedDQN, greedy_actions, load, save, train_dqn
 from repro.netsim.heuristics import GreedyLatency, RandomAllowed
 from repro.netsim.v2x import ENV_ID, V2C, V2I, V2I_I2C, ThreeTierV2XEnv, V2XConfig, latencies_from_observation

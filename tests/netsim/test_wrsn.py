@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+
 from repro.netsim.chapters.wrsn_drl import inma_like, lifetime, no_charging, train_q_charging
 from repro.netsim.qlearning import QLearningConfig
 from repro.netsim.wrsn import ENV_ID, WRSNChargingEnv, WRSNConfig, charge_rate, nearest_request, routing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.neuro import convert as cv
 from repro.neuro.core import DeviceModel, adc, program
 from repro.neuro.mapping import TrafficCounter, place, tile_network, xy_route

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+
 from repro.offopt import figures
 from repro.offopt.grid import GridResult, paired_gains
 

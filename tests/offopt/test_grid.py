@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy import stats
+
 from repro.offopt import grid as g
 from repro.offopt.pipeline import fit_surrogate, run_method
 from repro.offopt.regularizers import empirical_sensitivity, gradient_norm
-from scipy import stats
 
 
 def test_grid_is_tidy_one_row_per_task_method_seed(grid: g.GridResult) -> None:

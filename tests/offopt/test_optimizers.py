@@ -7,9 +7,10 @@ import random
 import numpy as np
 import pytest
 import torch
+from torch import nn
+
 from repro.offopt.optimizers import as_numpy_fn, cma_es, genetic_algorithm, gradient_ascent
 from repro.offopt.surrogate import torch_threads, train_surrogate
-from torch import nn
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.offopt.optimizers import as_numpy_fn
 from repro.offopt.pipeline import parse_method, propose, run_method
 from repro.offopt.surrogate import torch_threads

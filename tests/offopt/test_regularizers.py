@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch import nn
+
 from repro.offopt.regularizers import (
     SensitivityRegularizer,
     SharpnessRegularizer,
@@ -17,7 +19,6 @@ from repro.offopt.regularizers import (
     sensitivity_loss,
 )
 from repro.offopt.surrogate import MLPSurrogate, predict, seeded, torch_threads, train_ensemble, train_surrogate
-from torch import nn
 
 
 @pytest.fixture(autouse=True, scope="module")

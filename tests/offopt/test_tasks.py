@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.datasets import load_diabetes
+
 from repro.offopt.functions import levy, rff_gp_sample
 from repro.offopt.tasks import (
     ZScore,
@@ -17,7 +19,6 @@ from repro.offopt.tasks import (
     score_percentiles,
     synthetic_task,
 )
-from sklearn.datasets import load_diabetes
 
 
 @pytest.mark.parametrize("q", [10.0, 50.0, 73.5, 99.0])

@@ -9,6 +9,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+
 from repro.pario.async_io import (
     BlockLoader,
     EmulatedStorage,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from repro.pario import chunked as ck
 from repro.pario.hdf5_ref import hdf5_reference
 from repro.pario.mpi_worker import launch

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.pario import decomp as dc
 
 RANKS = [1, 2, 3, 5, 8, 13]

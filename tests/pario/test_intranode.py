@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.pario import decomp as dc
 from repro.pario.exchange_sim import irregular_pattern
 from repro.pario.intranode import IntraNodeLayout, ina_aggregators, ina_counts, merge_requests

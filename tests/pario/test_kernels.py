@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.collectives.executors.reference import execute_reference
 from repro.collectives.ir import validate
 from repro.pario import decomp as dc

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from repro.collectives.executors.launcher import MPIRunError
 from repro.pario.mpi_worker import launch
 

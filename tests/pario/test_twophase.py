@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from repro.pario import decomp as dc
 from repro.pario.twophase import aggregator_ranks, exchange_plan, file_domains, split_by_domain
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+
 from repro.training.batch_schedule import BatchController, BatchSchedule
 from repro.training.chapters import adaptive_batch as driver
 

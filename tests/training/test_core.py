@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 import torch
+
 from repro.training import shuffling
 from repro.training.cost import Network, ring_allreduce_time
 from repro.training.data import IndexedDataset, synthetic_classification

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from repro.training.chapters import hier_localsgd as driver
 from repro.training.cost import Network
 from repro.training.hier_localsgd import flat_averaging_cost, model_discrepancy, sharded_averaging_cost

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+
 from repro.training import kakurenbo as hiding
 from repro.training.chapters import kakurenbo as driver
 from repro.training.importance_sampling import importance_draw

@@ -6,9 +6,10 @@ import itertools
 
 import pytest
 import torch
+from torch import nn
+
 from repro.training.memory import Accountant, BlockProfile, DiskStore, HostStore, gradients, profile_chain, run_chain
 from repro.training.ooc_sim import exhaustive, greedy, peak_memory, simulate
-from torch import nn
 
 
 def _chain() -> nn.Sequential:

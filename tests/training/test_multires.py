@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+
 from repro.training.chapters import multires as driver
 from repro.training.multires import PlateauSwitch, coarsen, field_cnn, gaussian_random_fields, make_fieldsets
 

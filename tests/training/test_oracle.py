@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
+from torch import nn
+
 from repro.training.cost import Network
 from repro.training.layertable import LayerRow, layer_table
 from repro.training.oracle import PlatformConstants, predict, split_stages
-from torch import nn
 
 PLAT = PlatformConstants(1e9, 1e9, Network(alpha=1e-3, beta=1e-6), bytes_per_value=4)
 

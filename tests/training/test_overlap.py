@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from repro.training.cost import Network
 from repro.training.itersim import Platform, conv_heavy_layers, simulate_iteration, speedup, vgg_a_layers
 from repro.training.launcher import launch

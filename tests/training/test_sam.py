@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch import nn
+
 from repro.training.layertable import flops_by_child, layer_table
 from repro.training.sam import LayerSelector, layer_blocks, sam_step, second_pass_fraction, select_layers
-from torch import nn
 
 
 def _net() -> nn.Sequential:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
+
 from repro.training.sparse_ft import (
     GradientMask,
     accumulate_gradients,
@@ -13,7 +15,6 @@ from repro.training.sparse_ft import (
     lora_model,
     score,
 )
-from torch import nn
 
 
 def _model() -> nn.Sequential:

@@ -10,6 +10,10 @@ Core, used by every chapter:
 - :mod:`repro.federated.strategies`: seeded FedAvg and FedProx, the base of the book's Flower strategies.
 - :mod:`repro.federated.engine`: the in-process engine and Flower's Ray simulation (any Flower
   strategy runs on both), the initial model, central evaluation and the run summary.
+- :mod:`repro.federated.deployment`: runs on Flower's deployment engine (a local SuperLink and
+  SuperNodes as separate processes, or an existing SuperLink across machines).
+- :mod:`repro.federated.tiers`: client capability tiers and the memory model of one local step.
+- :mod:`repro.federated.split`: the split-learning cut layer (activations up, gradients down, bytes counted).
 - :mod:`repro.federated.comm`: per-layer communication accounting.
 - :mod:`repro.federated.reference`: a hand-written FedAvg loop, the yardstick of the Flower path.
 - :mod:`repro.federated.features`, :mod:`repro.federated.kd`, :mod:`repro.federated.weighting`:
@@ -28,8 +32,18 @@ Algorithms, one module each:
 - :mod:`repro.federated.robust`: the edge-case backdoor and the defences (Multi-Krum, RFA, FLAME-lite, FedGrad).
 - :mod:`repro.federated.feddrl`: FedDRL's DDPG agent as an aggregation-weight policy.
 - :mod:`repro.federated.cadis`: CADIS's last-layer clustering, cluster-equal aggregation and KD client.
+- :mod:`repro.federated.partial`: partial-model training masks and layer-wise aggregation (EmbracingFL).
+- :mod:`repro.federated.heterofl`, :mod:`repro.federated.fjord`: HeteroFL's nested width slices and
+  FjORD's ordered dropout.
+- :mod:`repro.federated.hierfavg`: HierFAVG, client-edge-cloud aggregation composed from Flower's FedAvg.
+- :mod:`repro.federated.sfetec`: SFETEC's split training over edges, SplitFed, and their cost model.
+- :mod:`repro.federated.feddct`: FedDCT's divide-and-co-train ensemble (no chapter yet).
+- :mod:`repro.federated.feddf`: labelled/unlabelled splits and server-side distillation (no chapter yet).
+- :mod:`repro.federated.personal`: seen/unseen clients with the label-access guard (no chapter yet).
+- :mod:`repro.federated.audio`, :mod:`repro.federated.label_noise`: synthetic keyword audio, log-mel
+  features, noise at a target SNR, and per-client label noise (no chapter yet).
 
 Chapters (:mod:`repro.federated.chapters`), each a driver ``<module>.py`` beside its registry
 file ``<id>.yaml``: ``fedlama``, ``fedluar``, ``biased_activation``, ``safa``, ``fedgrad``,
-``feddrl``, ``cluster_skew_kd``.
+``feddrl``, ``cluster_skew_kd``, ``embracingfl``, ``sfetec``.
 """

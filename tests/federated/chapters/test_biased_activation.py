@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+
 from repro.federated.chapters.biased_activation import claims as activation_claims
 from repro.federated.chapters.biased_activation import sign_ablation
 

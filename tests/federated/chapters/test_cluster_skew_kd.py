@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+
 from repro.federated.chapters.cluster_skew_kd import claims
 
 

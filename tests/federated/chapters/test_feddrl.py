@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+
 from repro.federated.chapters.feddrl import FedDrlRun, claims
 from repro.federated.client import LocalSGD
 from repro.federated.task import TaskSpec

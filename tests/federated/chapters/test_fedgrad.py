@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from repro.federated.chapters.fedgrad import BackdoorRun
 from repro.federated.chapters.fedgrad import claims as fedgrad_claims
 from repro.federated.chapters.fedgrad import run as backdoor_run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+
 from repro.federated.chapters.fedluar import claims as fedluar_claims
 
 

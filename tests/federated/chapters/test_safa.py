@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+
 from repro.federated.chapters.safa import best_settings, keep_best
 from repro.federated.chapters.safa import claims as safa_claims
 

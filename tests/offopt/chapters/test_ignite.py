@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+
 from repro.offopt.chapters import ignite
 from repro.offopt.grid import regulariser_claims, run_grid
 

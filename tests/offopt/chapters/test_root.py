@@ -7,6 +7,7 @@ import dataclasses
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+
 from repro.offopt.chapters import root
 from repro.offopt.grid import GridResult, MethodSpec, run_grid
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from repro.offopt.chapters import sensitivity
 from repro.offopt.grid import diagnostic_reduction, regulariser_claims, run_grid
 
