@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -50,6 +51,12 @@ class LocalKernelManager(AsyncKernelManager):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(transport="ipc", **kwargs)
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+        """Start the kernel with its stderr in a file beside the connection file, not on our console."""
+        log = Path(self.connection_file).with_suffix(".stderr")
+        kw.setdefault("stderr", open(log, "ab"))  # noqa: SIM115 - the kernel process owns it until it exits
+        await super()._async_launch_kernel(kernel_cmd, **kw)
 
 
 class RunError(RuntimeError):
@@ -209,7 +216,7 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
         tempfile.tempdir = str(kernel_tmp)  # kernel connection files go here and are removed, even on Ctrl-C
         t0 = time.monotonic()
         try:
-            with _interrupts_noted() as interrupted:
+            with _interrupts_noted() as interrupted, _engine_logs_to(kernel_tmp / "engine.log", keep=log_output):
                 pm.execute_notebook(
                     str(root / ch.notebook), str(staged_nb), parameters=values, kernel_name="python3",
                     cwd=str(root), progress_bar=False, log_output=log_output,
@@ -221,6 +228,9 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
             failed = failed_notebook(ch.id, p.profile)
             if staged_nb.is_file():
                 atomic.write_bytes(failed, staged_nb.read_bytes())
+            kernel_log = "".join(f.read_text(errors="replace") for f in kernel_tmp.glob("*.stderr"))
+            if "Kernel died" in str(exc) and kernel_log.strip():
+                exc = RuntimeError(f"{exc}\nthe kernel's last words:\n" + "\n".join(kernel_log.splitlines()[-20:]))
             _append_history(ch.id, {"profile": p.profile, "ok": False, "wall_time_s": time.monotonic() - t0,
                                     "finished_at": _now()})
             raise RunError(f"chapter {ch.id!r} failed at profile {p.profile!r}: {exc}\n(notebook kept at {failed})") from exc
@@ -263,6 +273,33 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
         shutil.rmtree(kernel_tmp, ignore_errors=True)
         _remove_empty_parents(staging)
         lock.close()
+
+
+_ENGINE_LOGGERS = ("papermill", "nbclient", "asyncio", "traitlets", "jupyter_client")
+
+
+@contextlib.contextmanager
+def _engine_logs_to(path: Path, keep: bool) -> Iterator[None]:
+    """Send the execution engine's log records to ``path`` instead of the console (unless ``keep``).
+
+    A failure still reaches the user, as a :class:`RunError` naming the notebook; an interrupted run
+    ends with one line, not with the tracebacks the engine logs while its kernel shuts down.
+    """
+    if keep:
+        yield
+        return
+    handler = logging.FileHandler(path)
+    saved = []
+    for name in _ENGINE_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.propagate))
+        logger.handlers, logger.propagate = [handler], False
+    try:
+        yield
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers, logger.propagate = handlers, propagate
+        handler.close()
 
 
 @contextlib.contextmanager
