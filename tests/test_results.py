@@ -7,28 +7,10 @@ import json
 import pytest
 
 from repro import atomic
-from repro.registry import VERDICTS, Condition, load_registry
+from repro.registry import VERDICTS, load_registry
 from repro.results import Ledger, summarise
 
 CH = load_registry().get("fedlama")
-
-
-def test_verdicts_follow_rules():
-    claim = CH.claim("acc_gain_vs_fedavg_phitau")  # reproduced: mean - sd >= 1; direction: mean > 0
-    assert claim.verdict(1.0) == "reproduced"
-    assert claim.verdict(3.0, std=1.5) == "reproduced"
-    assert claim.verdict(3.0, std=2.5) == "direction only"  # not consistent across seeds
-    assert claim.verdict(0.5) == "direction only"
-    assert claim.verdict(0.0) == "not reproduced at this scale"
-    lower = CH.claim("acc_drop_vs_fedavg_tau")  # reproduced <= 1, direction <= 3
-    assert lower.verdict(-2.0) == "reproduced"
-    assert lower.verdict(2.0) == "direction only"
-    assert lower.verdict(5.0) == "not reproduced at this scale"
-
-
-def test_condition_rejects_unknown_operator():
-    with pytest.raises(ValueError, match="operator"):
-        Condition("=~", 1.0)
 
 
 def test_summarise():
@@ -40,16 +22,16 @@ def test_summarise():
 
 def test_ledger_records_and_saves(tmp_path):
     led = Ledger("fedlama", "smoke", tmp_path)
-    led.record("acc_gain_vs_fedavg_phitau", [2.0, 2.0])
+    first, *rest = CH.claims
+    led.record(first.id, [2.0, 2.0])
     with pytest.raises(ValueError, match="not recorded"):
         led.save()
-    led.record("comm_reduction_vs_fedavg_tau", [10.0])
-    led.record("acc_drop_vs_fedavg_tau", [0.5, 0.7, 0.9])
+    led.record_all({c.id: [0.5, 0.7, 0.9] for c in rest})
     data = json.loads(led.save().read_text())
-    assert data["claims"]["acc_gain_vs_fedavg_phitau"]["mean"] == 2.0
-    assert data["claims"]["acc_gain_vs_fedavg_phitau"]["verdict"] == "reproduced"
+    assert data["claims"][first.id]["mean"] == 2.0
+    assert data["claims"][first.id]["verdict"] == first.verdict(2.0, 0.0)
     assert all(c["verdict"] in VERDICTS for c in data["claims"].values())
-    assert [r["verdict"] for r in led.rows()][1] == "direction only"
+    assert [r["verdict"] for r in led.rows()] == [data["claims"][c.id]["verdict"] for c in CH.claims]
     assert list(tmp_path.iterdir()) == [tmp_path / "claims.json"]
 
 

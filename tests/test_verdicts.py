@@ -71,6 +71,9 @@ def test_paper_value_on_the_wrong_side_is_refused():
         _registry([{"id": "a", "metric": "m", "paper_value": -3.0, "direction": "higher"}])
     with pytest.raises(ValueError, match="precondition"):
         _registry([{"id": "a", "metric": "m", "paper_value": 3.0, "direction": "higher", "precondition": "zz"}])
+    with pytest.raises(ValueError, match="per-claim thresholds"):
+        _registry([{"id": "a", "metric": "m", "paper_value": 3.0, "direction": "higher",
+                    "reproduced": {"op": ">=", "value": 1.0}, "direction_only": {"op": ">", "value": 0.0}}])
     with pytest.raises(ValueError, match="kind"):
         _registry([{"id": "a", "metric": "m", "paper_value": 3.0, "direction": "higher", "kind": "guess"}])
 
@@ -96,9 +99,6 @@ def _probe_values(claim: Claim) -> list[tuple[float, float]]:
     anchors = [claim.null_value, 0.0, 1.0, -1.0]
     if claim.paper_value is not None:
         anchors.append(claim.paper_value)
-    for cond in (claim.reproduced, claim.direction_only):
-        if cond is not None:
-            anchors.append(cond.value)
     means = set()
     for a in anchors:
         for d in (0.0, 1e-3, 1.0, 10.0, 1e3, 1e6):

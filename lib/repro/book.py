@@ -65,7 +65,7 @@ def scored_claims(registry: Registry, profile: str) -> list[ScoredClaim]:
             got = None if rec is None else rec["claims"].get(claim.id)
             out.append(ScoredClaim(
                 chapter=ch, claim_id=claim.id, metric=claim.metric, unit=claim.unit, paper_value=claim.paper_value,
-                null_value=0.0 if claim.legacy else claim.null_value, paper_display=claim.paper_display,
+                null_value=claim.null_value, paper_display=claim.paper_display,
                 rule=claim.rule, mean=None if got is None else got["mean"], std=None if got is None else got["std"],
                 n=0 if got is None else got["n"], verdict=None if got is None else got["verdict"],
             ))

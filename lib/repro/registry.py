@@ -62,46 +62,6 @@ def verdict_class(verdict: str) -> str:
 #: The reproduction band (``verdict_band`` in registry.yaml): our effect over the paper's must lie in it.
 BAND: tuple[float, float] = tuple(yaml.safe_load(_REGISTRY_FILE.read_text())["verdict_band"])  # type: ignore[assignment]
 KINDS = ("measured", "structural", "modelled")
-_OPS = {
-    ">=": lambda a, b: a >= b,
-    ">": lambda a, b: a > b,
-    "<=": lambda a, b: a <= b,
-    "<": lambda a, b: a < b,
-}
-
-
-_STATS = ("mean", "lower", "upper")
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A threshold condition ``stat <op> value`` used by verdict rules.
-
-    ``of`` picks the statistic compared: ``mean`` (the mean over seeds),
-    ``lower`` (mean minus one standard deviation) or ``upper`` (mean plus one),
-    so a rule can demand that an effect holds across seeds, not only on average.
-    """
-
-    op: str
-    value: float
-    of: str = "mean"
-
-    def __post_init__(self) -> None:
-        if self.op not in _OPS:
-            raise ValueError(f"unknown operator {self.op!r}; use one of {sorted(_OPS)}")
-        if self.of not in _STATS:
-            raise ValueError(f"unknown statistic {self.of!r}; use one of {_STATS}")
-
-    def holds(self, mean: float, std: float = 0.0) -> bool:
-        """Return whether the statistic of (``mean``, ``std``) satisfies the condition."""
-        x = {"mean": mean, "lower": mean - std, "upper": mean + std}[self.of]
-        return bool(_OPS[self.op](x, self.value))
-
-    def __str__(self) -> str:
-        stat = {"mean": "mean", "lower": "mean − sd", "upper": "mean + sd"}[self.of]
-        return f"{stat} {self.op} {self.value:g}"
-
-
 @dataclass(frozen=True)
 class Claim:
     """One claim of a paper and how its verdict is decided.
@@ -113,10 +73,6 @@ class Claim:
     ``structural`` (true by construction) or ``modelled`` (fixed by constants
     the chapter assumed).  ``precondition`` names a claim of the same chapter
     that must hold for this one to be judged.
-
-    Chapters that still carry their own thresholds (``reproduced`` and
-    ``direction_only`` conditions) are judged by those until they move to the
-    convention.
     """
 
     id: str
@@ -128,19 +84,9 @@ class Claim:
     kind: str = "measured"
     null_value: float = 0.0
     precondition: str | None = None
-    reproduced: Condition | None = None
-    direction_only: Condition | None = None
-
-    @property
-    def legacy(self) -> bool:
-        """Whether the claim is judged by its own thresholds instead of the convention."""
-        return self.reproduced is not None
 
     def sign_holds(self, mean: float, std: float = 0.0) -> bool:
         """Whether the effect has the paper's sign across seeds (mean - sd beyond the null value)."""
-        if self.legacy:
-            assert self.direction_only is not None
-            return self.direction_only.holds(mean, std)
         if self.direction == "higher":
             return mean - std > self.null_value
         return mean + std < self.null_value
@@ -167,13 +113,6 @@ class Claim:
             One of :data:`VERDICTS` (the precondition is applied by the ledger,
             which knows the other claims).
         """
-        if self.legacy:
-            assert self.reproduced is not None and self.direction_only is not None
-            if self.reproduced.holds(mean, std):
-                return MEASURED_VERDICTS[0]
-            if self.direction_only.holds(mean, std):
-                return MEASURED_VERDICTS[2]
-            return MEASURED_VERDICTS[3]
         holds = self.sign_holds(mean, std)
         if self.kind == "structural":
             return STRUCTURAL_VERDICTS[0 if holds else 1]
@@ -189,8 +128,6 @@ class Claim:
     @property
     def rule(self) -> str:
         """The verdict rule in words, for tables."""
-        if self.legacy:
-            return f"reproduced if {self.reproduced}; direction only if {self.direction_only}"
         op = ">" if self.direction == "higher" else "<"
         sign = f"mean {'−' if op == '>' else '+'} sd {op} {self.null_value:g}"
         if self.kind != "measured":
@@ -282,7 +219,10 @@ class Registry:
 
 def _claim(chapter_id: str, d: dict[str, Any]) -> Claim:
     where = f"claim {chapter_id}/{d.get('id')}"
-    legacy = "reproduced" in d or "direction_only" in d
+    own_rules = sorted(k for k in ("reproduced", "direction_only") if k in d)
+    if own_rules:
+        raise ValueError(f"{where}: {own_rules} are per-claim thresholds; state the claim in the book's convention "
+                         "(direction, null_value, paper_value, kind)")
     kind = d.get("kind", "measured")
     if kind not in KINDS:
         raise ValueError(f"{where}: kind must be one of {KINDS}, got {kind!r}")
@@ -298,10 +238,8 @@ def _claim(chapter_id: str, d: dict[str, Any]) -> Claim:
         kind=kind,
         null_value=float(d.get("null_value", 0.0)),
         precondition=d.get("precondition"),
-        reproduced=Condition(**d["reproduced"]) if legacy else None,
-        direction_only=Condition(**d["direction_only"]) if legacy else None,
     )
-    if not legacy and claim.paper_value is not None:
+    if claim.paper_value is not None:
         gap = claim.paper_value - claim.null_value
         if gap == 0 or (gap > 0) != (claim.direction == "higher"):
             raise ValueError(
