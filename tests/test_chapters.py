@@ -68,7 +68,10 @@ window.addEventListener("load", () => {
   let over = 0;
   for (const el of col.querySelectorAll("*")) {
     const box = el.getBoundingClientRect();
-    if (box.width > 0 && box.right > right && !el.closest("div.cell_output table, .bd-article table")) { over += 1; }
+    const scrolled = el.parentElement && el.parentElement.closest('mjx-container[display="true"]');
+    if (box.width > 0 && box.right > right && !scrolled && !el.closest("div.cell_output table, .bd-article table")) {
+      over += 1;
+    }
   }
   const params = document.querySelectorAll(".tag_parameters, .tag_injected-parameters").length;
   document.body.setAttribute("data-overflow", String(over));

@@ -72,7 +72,8 @@ def test_dvc_yaml_is_generated_from_registry(root):
     lama = stages["fedlama"]
     assert "lib/repro/federated/fedlama.py" in lama["deps"] and "envs/cpu.lock" in lama["deps"]
     assert lama["params"] == [{"params/fedlama.yaml": ["cpu"]}]
-    assert lama["cmd"].startswith("mkdir -p build/notebooks/fedlama results/fedlama && ")
+    assert lama["cmd"] == "repro run fedlama --profile cpu"
+    assert lama["outs"] == ["results/fedlama/cpu"], "the published set is the stage's one output"
 
 
 def test_dependency_closure_follows_imports(tmp_path):

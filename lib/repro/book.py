@@ -223,6 +223,11 @@ def scoreboard_rows(registry: Registry, profile: str) -> list[dict[str, str]]:
     return rows
 
 
+def _cell(text: str) -> str:
+    """A markdown table cell: pipes escaped, line breaks folded."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def class_counts(registry: Registry, profile: str) -> dict[str, int]:
     """How many claims fall in each scoreboard class (plus ``not run``)."""
     counts = {name: 0 for name in VERDICT_CLASSES}
@@ -241,7 +246,7 @@ def scoreboard_markdown(registry: Registry, profile: str) -> str:
                                        "not reproduced at this scale", "precondition not met"))
     summary = "; ".join(f"{name}: {n}" for name, n in counts.items() if n)
     head = "| " + " | ".join(rows[0]) + " |\n|" + "---|" * len(rows[0]) + "\n" if rows else ""
-    body = "".join("| " + " | ".join(r.values()) + " |\n" for r in rows)
+    body = "".join("| " + " | ".join(_cell(v) for v in r.values()) + " |\n" for r in rows)
     return (
         "# Scoreboard\n\n"
         f"Every claim of every chapter at the `{profile}` profile, judged by the book's one convention (see the "
