@@ -71,7 +71,7 @@ class CadisRun:
 
 
 def run(job: CadisRun) -> dict:
-    """One run's record: as :func:`repro.federated.chapters.feddrl.run`'s, plus ``ari``.
+    """One run's record: the same fields as the FedDRL chapter's run record, plus ``ari``.
 
     ``ari`` is the adjusted Rand index of the clustering the server ends with,
     over all clients, against the planted groups (NaN for methods that do not cluster).

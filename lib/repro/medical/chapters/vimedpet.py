@@ -44,7 +44,7 @@ ARM_LABELS = {
     "finetune_ctpet": "fine-tuned, in-domain CT+PET",
 }
 LUNGS = ("right_lung", "left_lung")
-# One torch thread per run (see repro.medical.chapters.cpdm: oversubscribed threads were ten times slower).
+# One torch thread per run (as in the cpdm chapter: oversubscribed threads were ten times slower).
 TORCH_THREADS = 1
 GENERAL_SEED_OFFSET = 1_000_003  # the general data never share a case stream with the in-domain data
 
