@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import nn
+
+from repro.validation import check_positive_int
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
@@ -82,3 +85,24 @@ def set_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
 def count_parameters(model: nn.Module) -> dict[str, int]:
     """Number of scalars in each entry of the state dict."""
     return {k: int(v.numel()) for k, v in model.state_dict().items()}
+
+
+@contextmanager
+def torch_threads(n: int = 1) -> Iterator[None]:
+    """Run a block with ``torch.set_num_threads(n)``, restoring the old value after.
+
+    The models here are tiny; on a busy 2-core machine one intra-op thread is
+    often many times faster than two.
+
+    Parameters
+    ----------
+    n
+        Number of intra-op threads inside the block.
+    """
+    n = check_positive_int("n", n)
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

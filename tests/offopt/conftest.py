@@ -11,8 +11,8 @@ matplotlib.use("Agg")  # tests only; notebooks never set a backend
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
+from repro.models import torch_threads  # noqa: E402
 from repro.offopt.grid import GridResult, MethodSpec, build_tasks, run_grid  # noqa: E402
-from repro.offopt.surrogate import torch_threads  # noqa: E402
 from repro.offopt.tasks import OfflineTask  # noqa: E402
 
 TINY = dict(

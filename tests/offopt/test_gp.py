@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from repro.models import torch_threads
 from repro.offopt.gp import (
     GPPosteriorMean,
     RFFPosteriorSample,
@@ -13,7 +14,6 @@ from repro.offopt.gp import (
     gp_ensemble,
     sample_design_pairs,
 )
-from repro.offopt.surrogate import torch_threads
 
 
 @pytest.fixture(autouse=True, scope="module")

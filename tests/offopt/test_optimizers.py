@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch import nn
 
+from repro.models import torch_threads
 from repro.offopt.optimizers import as_numpy_fn, cma_es, genetic_algorithm, gradient_ascent
-from repro.offopt.surrogate import torch_threads, train_surrogate
+from repro.offopt.surrogate import train_surrogate
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from repro.models import torch_threads
 from repro.offopt.optimizers import as_numpy_fn
 from repro.offopt.pipeline import parse_method, propose, run_method
-from repro.offopt.surrogate import torch_threads
 from repro.offopt.tasks import OfflineTask, make_task
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from repro.models import torch_threads
 from repro.offopt.regularizers import (
     SensitivityRegularizer,
     SharpnessRegularizer,
@@ -18,7 +19,7 @@ from repro.offopt.regularizers import (
     sam_sharpness,
     sensitivity_loss,
 )
-from repro.offopt.surrogate import MLPSurrogate, predict, seeded, torch_threads, train_ensemble, train_surrogate
+from repro.offopt.surrogate import MLPSurrogate, predict, seeded, train_ensemble, train_surrogate
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -15,9 +15,8 @@ contributes exactly zero leaves the trained weights bitwise unchanged.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -67,25 +66,6 @@ def seeded(factory: Callable[[], T], seed: int) -> T:
         return factory()
 
 
-@contextmanager
-def torch_threads(n: int = 1) -> Iterator[None]:
-    """Run a block with ``torch.set_num_threads(n)``, restoring the old value after.
-
-    The models here are tiny; on a busy 2-core machine one intra-op thread is
-    often many times faster than two.
-
-    Parameters
-    ----------
-    n
-        Number of intra-op threads inside the block.
-    """
-    n = check_positive_int("n", n)
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def make_mlp(in_dim: int, out_dim: int, hidden: Sequence[int] = (64, 64), activation: str = "relu") -> nn.Sequential:

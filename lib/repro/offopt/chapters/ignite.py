@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from repro.models import torch_threads
 from repro.offopt.grid import GridResult, GridSettings, diagnostic_reduction, regularised_methods, regulariser_claims, run_grid
-from repro.offopt.surrogate import torch_threads
 from repro.offopt.tasks import OfflineTask
 
 DUAL_ASCENT = "ignite"

@@ -16,9 +16,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from repro.models import torch_threads
 from repro.offopt.figures import method_colours
 from repro.offopt.grid import GridResult, GridSettings, MethodSpec, mean_rank_by_seed, run_grid
-from repro.offopt.surrogate import torch_threads
 from repro.offopt.tasks import OfflineTask
 
 METHOD = "root"
