@@ -15,12 +15,13 @@ from typing import Any, Mapping
 
 import yaml
 
+from repro.devices import DeviceError, check_device
 from repro.paths import repo_root
 from repro.registry import Chapter, load_registry
 
 PROFILES = ("smoke", "cpu", "paper")
 DEFAULT_PROFILE = "cpu"
-_SCALARS = {"int": int, "float": float, "str": str, "bool": bool}
+_SCALARS = {"int": int, "float": float, "str": str, "bool": bool, "device": str}
 
 
 class ParameterError(ValueError):
@@ -37,6 +38,11 @@ def _check_scalar(name: str, kind: str, value: Any, spec: dict[str, Any]) -> Any
         raise ParameterError(f"parameter {name!r}: expected {kind}, got {type(value).__name__} {value!r}")
     if kind == "float" and spec.get("finite", True) and not math.isfinite(value):
         raise ParameterError(f"parameter {name!r}: {value!r} is not a finite number")
+    if kind == "device":
+        try:
+            check_device(name, value)
+        except DeviceError as exc:
+            raise ParameterError(str(exc)) from None
     if "choices" in spec and value not in spec["choices"]:
         raise ParameterError(f"parameter {name!r}: {value!r} is not one of {spec['choices']}")
     if "min" in spec and value < spec["min"]:
@@ -55,6 +61,8 @@ def check_value(name: str, spec: dict[str, Any], value: Any) -> Any:
         The parameter's name, used in error messages.
     spec
         Its schema entry: ``type`` plus optional ``min``, ``max``, ``choices``.
+        The type ``device`` (``cpu``, ``cuda`` or ``auto``) also refuses
+        ``cuda`` where torch sees no CUDA device.
     value
         The value to check.
 

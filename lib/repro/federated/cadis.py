@@ -35,6 +35,7 @@ from flwr.clientapp import ClientApp
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
+from repro.devices import resolve_device
 from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, local_sgd
 from repro.federated.features import last_layer_updates, row_normalised
 from repro.federated.kd import kd_loss
@@ -183,24 +184,30 @@ class CADIS(FlowerPolicyFedAvg):
 
 # ----- the client ---------------------------------------------------------------------
 def kd_sgd(model: torch.nn.Module, teacher: torch.nn.Module, x: np.ndarray, y: np.ndarray, steps: int,
-           batch_size: int, lr: float, momentum: float, seed: int, mu: float, temperature: float) -> float:
+           batch_size: int, lr: float, momentum: float, seed: int, mu: float, temperature: float,
+           device: str = "cpu") -> float:
     """Local SGD on ``CE + mu * kd_loss(model, teacher, T)``, with :func:`~repro.federated.client.local_sgd`'s batches.
 
-    ``mu = 0`` runs ``local_sgd`` itself.  Returns the mean cross-entropy over the steps.
+    ``mu = 0`` runs ``local_sgd`` itself.  Both models compute on ``device``
+    and are back on the CPU on return.  Returns the mean cross-entropy over the steps.
     """
     if mu < 0:
         raise ValueError(f"mu must be >= 0, got {mu}")
     if mu == 0:
-        return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed)
-    xt = torch.from_numpy(x)
-    teacher.eval()
+        return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed, device=device)
+    dev = resolve_device(device)
+    xt = torch.from_numpy(x).to(dev)
+    teacher.to(dev).eval()
 
     def distillation(out: torch.Tensor, idx: torch.Tensor) -> list[torch.Tensor]:
         with torch.no_grad():
             t_out = teacher(xt[idx])
         return [mu * kd_loss(out, t_out, temperature)]
 
-    return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed, penalties=distillation)
+    try:
+        return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed, penalties=distillation, device=device)
+    finally:
+        teacher.to("cpu")
 
 
 def train_kd(spec: TaskSpec, msg: Message, context: Context) -> Message:
@@ -210,7 +217,7 @@ def train_kd(spec: TaskSpec, msg: Message, context: Context) -> Message:
     s = rnd.settings
     loss = kd_sgd(rnd.model, teacher, rnd.x, rnd.y, steps=s.steps, batch_size=s.batch_size, lr=s.lr,
                   momentum=s.momentum, seed=s.seed, mu=float(rnd.config.get("kd-mu", 0.0)),
-                  temperature=float(rnd.config.get("kd-temperature", 1.0)))
+                  temperature=float(rnd.config.get("kd-temperature", 1.0)), device=s.device)
     return finish_round(msg, rnd, get_weights(rnd.model), loss)
 
 

@@ -36,6 +36,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from repro.devices import resolve_device
 from repro.federated.task import TaskSpec, client_data, evaluate_on, work_model
 from repro.models import get_weights, set_weights
 
@@ -80,6 +81,8 @@ class LocalSettings:
         Local SGD settings.
     seed
         Seed of the round's mini-batches (from the run seed, the server round and the partition id).
+    device
+        Where the client trains (the run config's ``device``: ``cpu``, ``cuda`` or ``auto``; default ``cpu``).
     """
 
     steps: int
@@ -87,6 +90,7 @@ class LocalSettings:
     lr: float
     momentum: float
     seed: int
+    device: str = "cpu"
 
     @classmethod
     def read(cls, cfg: ConfigRecord, context: Context, partition_id: int) -> LocalSettings:
@@ -114,7 +118,7 @@ class LocalSettings:
                            "(needed to seed the batches)")
         seed = client_seed(round_seed(int(run.get("seed", 0)), int(cfg["server-round"])), partition_id)
         return cls(steps=int(value("steps")), batch_size=int(value("batch-size", 32)), lr=float(value("lr", 0.05)),
-                   momentum=float(value("momentum", 0.0)), seed=seed)
+                   momentum=float(value("momentum", 0.0)), seed=seed, device=str(run.get("device", "cpu")))
 
 
 def local_sgd(
@@ -127,34 +131,43 @@ def local_sgd(
     momentum: float,
     seed: int,
     penalties: Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]] | None = None,
+    device: str = "cpu",
 ) -> float:
     """Train ``model`` in place for ``steps`` SGD steps on mini-batches drawn with ``seed``.
 
     ``penalties``, if given, is called at every step with the batch's logits
-    and indices and returns extra loss terms (FedProx, EWC, FedDyn, SCAFFOLD,
-    distillation), added to the cross-entropy one after another.
+    and indices (both on ``device``) and returns extra loss terms (FedProx,
+    EWC, FedDyn, SCAFFOLD, distillation), added to the cross-entropy one
+    after another.  The model trains on ``device`` (see
+    :func:`repro.devices.resolve_device`) and is back on the CPU on return;
+    the batches are drawn on the CPU, so every device sees the same ones.
 
     Returns
     -------
     float
         The mean training loss over the steps.
     """
+    dev = resolve_device(device)
     gen = np.random.default_rng(seed)
+    model.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     model.train()
     total = 0.0
-    for _ in range(steps):
-        idx = torch.from_numpy(gen.choice(len(y), size=min(batch_size, len(y)), replace=False))
-        opt.zero_grad()
-        out = model(xt[idx])
-        ce = torch.nn.functional.cross_entropy(out, yt[idx])
-        loss = ce
-        for term in penalties(out, idx) if penalties is not None else ():
-            loss = loss + term
-        loss.backward()
-        opt.step()
-        total += ce.item()
+    try:
+        for _ in range(steps):
+            idx = torch.from_numpy(gen.choice(len(y), size=min(batch_size, len(y)), replace=False)).to(dev)
+            opt.zero_grad()
+            out = model(xt[idx])
+            ce = torch.nn.functional.cross_entropy(out, yt[idx])
+            loss = ce
+            for term in penalties(out, idx) if penalties is not None else ():
+                loss = loss + term
+            loss.backward()
+            opt.step()
+            total += ce.item()
+    finally:
+        model.to("cpu")
     return total / max(steps, 1)
 
 
@@ -186,10 +199,14 @@ def penalised_sgd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, settings
     if not quadratic and linear is None:
         return train_locally(model, x, y, settings)
     named = dict(model.named_parameters())
-    anchors = {k: torch.from_numpy(np.asarray(anchor[k])) for k in named}
-    weights = {k: (torch.from_numpy(np.asarray(weight[k])) if isinstance(weight, dict) else float(weight))
-               for k in named}
-    linears = None if linear is None else {k: torch.from_numpy(np.asarray(linear[k])) for k in named}
+    dev = resolve_device(settings.device)
+
+    def on_device(values: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        return {k: torch.from_numpy(np.asarray(values[k])).to(dev) for k in named}
+
+    anchors = on_device(anchor)
+    weights = on_device(weight) if isinstance(weight, dict) else dict.fromkeys(named, float(weight))
+    linears = None if linear is None else on_device(linear)
 
     def terms(out: torch.Tensor, idx: torch.Tensor) -> list[torch.Tensor]:
         extra = []
@@ -206,7 +223,7 @@ def train_locally(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, settings
                   penalties: Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]] | None = None) -> float:
     """:func:`local_sgd` with a round's :class:`LocalSettings`."""
     return local_sgd(model, x, y, steps=settings.steps, batch_size=settings.batch_size, lr=settings.lr,
-                     momentum=settings.momentum, seed=settings.seed, penalties=penalties)
+                     momentum=settings.momentum, seed=settings.seed, penalties=penalties, device=settings.device)
 
 
 def to_arrayrecord(weights: dict[str, np.ndarray]) -> ArrayRecord:

@@ -40,7 +40,9 @@ class FedLamaRun:
     tau, rounds, active_clients, eval_every
         Base interval (local steps), rounds of ``tau`` steps, clients per period, evaluation period.
     engine
-        ``inprocess`` or ``ray``.
+        ``inprocess``, ``ray`` or ``deployment`` (see :func:`repro.federated.engine.run_federated`).
+    device
+        Where the clients train: ``cpu``, ``cuda`` or ``auto``.
     warmup
         FedLAMA's rounds before its intervals first adapt.
     progress
@@ -59,6 +61,7 @@ class FedLamaRun:
     engine: str = "inprocess"
     warmup: int = 6
     progress: str | None = None
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -79,7 +82,7 @@ def run_strategy(job: FedLamaRun) -> tuple[History, SeededFedAvg]:
     else:
         strat = FedLAMA(job.active_clients, job.sgd.config(job.tau), seed=job.seed, phi=job.phi, warmup=job.warmup)
         n, sched = job.rounds, eval_schedule(job.rounds, job.eval_every, multiple_of=job.phi)
-    hist = run_federated(strat, make_client_app(job.spec, {"seed": job.seed}), job.spec.num_clients,
+    hist = run_federated(strat, make_client_app(job.spec, {"seed": job.seed, "device": job.device}), job.spec.num_clients,
                          initial_arrays(job.spec, job.seed), n, central_evaluator(job.spec), sched,
                          engine=job.engine, progress=job.progress)
     if job.method == "fedavg_long":  # report progress in rounds of tau steps, like the others
@@ -98,7 +101,7 @@ def run(job: FedLamaRun) -> dict:
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, phis: list[int], rounds: int, active_clients: int,
           seeds: list[int], eval_every: int, engine: str = "inprocess", workers: int = 1, warmup: int = 6,
-          ) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, int], dict[int, dict[str, int]]]]:
+          device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, int], dict[int, dict[str, int]]]]:
     """FedAvg(tau), FedAvg(phi tau) and FedLAMA(tau, phi) for every phi and seed.
 
     Parameters
@@ -107,6 +110,8 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, phis: list[int], rounds: int,
         Independent runs to execute at once in separate processes; the
         results do not depend on it.  Ignored (1) with the Ray engine, which
         parallelises clients itself.
+    device
+        Where the clients train (``cpu``, ``cuda`` or ``auto``).
 
     Returns
     -------
@@ -120,7 +125,7 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, phis: list[int], rounds: int,
     w = workers if engine == "inprocess" else 1
     runs = [("fedavg", 1)] + [(m, phi) for phi in phis for m in ("fedavg_long", "fedlama")]
     jobs = [FedLamaRun(m, phi, seed, spec, sgd, tau, rounds, active_clients, eval_every, engine, warmup=warmup,
-                       progress=None if w > 1 else f"{m} phi={phi} seed={seed}")
+                       progress=None if w > 1 else f"{m} phi={phi} seed={seed}", device=device)
             for seed in seeds for m, phi in runs]
     done = parallel_map(run, jobs, w)
     rows = [{k: d[k] for k in ("method", "phi", "seed", "accuracy", "comm")} for d in done]
