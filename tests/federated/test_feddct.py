@@ -4,9 +4,26 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import torch
 
-from repro.federated.feddct import CoTrainedEnsemble, co_training_loss, cot_weight, js_divergence, random_clusters, sub_width
+from repro.federated.client import LocalSGD, make_client_app
+from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
+from repro.federated.feddct import (
+    CoTrainedEnsemble,
+    FedDCT,
+    build_ensemble,
+    co_training_loss,
+    cot_weight,
+    ensemble_arrays,
+    ensemble_evaluator,
+    js_divergence,
+    make_feddct_client_app,
+    random_clusters,
+    sub_width,
+)
+from repro.federated.strategies import SeededFedAvg
+from repro.federated.task import TaskSpec
 from repro.models import mlp
 
 
@@ -52,3 +69,38 @@ def test_warmup_and_clusters():
     assert len(clusters) == 2 and all(len(c) == 4 for c in clusters)
     assert len({c for cl in clusters for c in cl}) == 8
     assert sub_width(256, 4) == 128
+
+
+# ----- FedDCT's Flower rounds ------------------------------------------------------------------
+SPEC = TaskSpec(dataset="digits", num_clients=8, scheme="iid", hidden=(32, 16), n_train=400)
+LOCAL = LocalSGD(batch_size=16, lr=0.05, momentum=0.9).config(3)
+
+
+def run_weights(strategy, app, init, evaluator, rounds: int = 3) -> dict[str, np.ndarray]:
+    hist = run_federated(strategy, app, SPEC.num_clients, init, rounds, evaluator, [rounds])
+    return snapshot(hist.final_arrays)
+
+
+def test_split_factor_one_is_fedavg_on_that_model():
+    fedavg = run_weights(SeededFedAvg(SPEC.num_clients, LOCAL, seed=2), make_client_app(SPEC, {"seed": 2}),
+                         initial_arrays(SPEC, 2), central_evaluator(SPEC))
+    dct = run_weights(FedDCT(SPEC.num_clients, LOCAL, split_factor=1, seed=2),
+                      make_feddct_client_app(SPEC, 1, {"seed": 2}), ensemble_arrays(SPEC, 1, 2),
+                      ensemble_evaluator(SPEC, 1))
+    assert sorted(dct) == sorted(f"members.0.{k}" for k in fedavg)
+    for k in fedavg:
+        np.testing.assert_array_equal(fedavg[k], dct[f"members.0.{k}"])
+
+
+def test_clusters_train_the_ensemble_and_move_one_sub_model_per_device():
+    strategy = FedDCT(SPEC.num_clients, LOCAL, split_factor=4, seed=0, cot_warmup=2)
+    init = ensemble_arrays(SPEC, 4, 0)
+    after = run_weights(strategy, make_feddct_client_app(SPEC, 4, {"seed": 0}), init, ensemble_evaluator(SPEC, 4),
+                        rounds=2)
+    assert all(len(cl) == 4 for cls in strategy.clusters.values() for cl in cls) and len(strategy.clusters[1]) == 2
+    assert all(not np.array_equal(after[k], init[k].numpy()) for k in after)  # every sub-model trained
+    size = sum(v.numpy().size for v in init.values())
+    # per round: 2 clusters x 4 devices, each downloading and uploading one quarter of the ensemble
+    assert strategy.comm.total == 2 * 2 * 2 * size
+    widths = [m.fc0.out_features for m in build_ensemble(SPEC, 4, 0).members]
+    assert widths == [sub_width(32, 4)] * 4

@@ -52,8 +52,8 @@ def ensemble_logits(models: Sequence[torch.nn.Module]) -> Callable[[torch.Tensor
 
 
 def distill(student: torch.nn.Module, teacher: Callable[[torch.Tensor], torch.Tensor], x: np.ndarray, steps: int,
-            batch_size: int, lr: float, temperature: float, seed: int) -> float:
-    """Train ``student`` in place on unlabelled ``x`` towards ``teacher``'s outputs (SGD with momentum 0.9, seeded batches).
+            batch_size: int, lr: float, temperature: float, seed: int, momentum: float = 0.9) -> float:
+    """Train ``student`` in place on unlabelled ``x`` towards ``teacher``'s outputs (SGD, seeded batches).
 
     Returns
     -------
@@ -61,7 +61,7 @@ def distill(student: torch.nn.Module, teacher: Callable[[torch.Tensor], torch.Te
         Mean distillation loss over the steps.
     """
     gen = np.random.default_rng(seed)
-    opt = torch.optim.SGD(student.parameters(), lr=lr, momentum=0.9)
+    opt = torch.optim.SGD(student.parameters(), lr=lr, momentum=momentum)
     xt = torch.from_numpy(np.asarray(x))
     total = 0.0
     for _ in range(steps):
@@ -77,6 +77,6 @@ def distill(student: torch.nn.Module, teacher: Callable[[torch.Tensor], torch.Te
 
 
 def server_distill(student: torch.nn.Module, clients: Sequence[torch.nn.Module], pool: np.ndarray, steps: int,
-                   batch_size: int, lr: float, temperature: float, seed: int) -> float:
+                   batch_size: int, lr: float, temperature: float, seed: int, momentum: float = 0.9) -> float:
     """FedDF's server step: distil the clients' logit ensemble into ``student`` on the unlabelled ``pool``."""
-    return distill(student, ensemble_logits(clients), pool, steps, batch_size, lr, temperature, seed)
+    return distill(student, ensemble_logits(clients), pool, steps, batch_size, lr, temperature, seed, momentum)
