@@ -20,6 +20,8 @@ Core, used by every chapter:
   last-layer client features; the distillation loss; aggregation-weight policies.
 - :mod:`repro.federated.textdata`: the offline text task standing in for AG News.
 - :mod:`repro.federated.figures`: figure and table helpers shared by two or more chapters.
+- :mod:`repro.federated.tuning`: fair tuning of baselines (a same-size grid per tuned method, the best
+  mean over seeds on a validation metric kept) and the held-out validation set of a split.
 
 Algorithms, one module each:
 

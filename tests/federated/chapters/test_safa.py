@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from repro.federated.chapters.safa import best_settings, keep_best
+from repro.federated.chapters.safa import choices
 from repro.federated.chapters.safa import claims as safa_claims
+from repro.federated.tuning import chosen, keep_best
 
 NAN = float("nan")
 
@@ -25,8 +26,8 @@ def _frame() -> pd.DataFrame:
 
 def test_baselines_are_tuned_and_the_best_one_is_the_comparison():
     final = _frame()
-    assert best_settings(final, 0.1) == {"fedprox": 1.0, "feddyn": 0.01}
-    kept = keep_best(final[final.alpha == 0.1], best_settings(final, 0.1))
+    assert chosen(choices(final), alpha=0.1) == {"fedprox": 1.0, "feddyn": 0.01}
+    kept = keep_best(final[final.alpha == 0.1], choices(final))
     assert sorted(kept[kept.seed == 0].method) == sorted(["fedavg", "fedprox", "feddyn", "scaffold", "feddc", "safa"])
     c = safa_claims(final, 0.1)
     assert c == {"acc_gain_vs_fedavg": [6.0, 7.0], "acc_gain_vs_best_baseline": [1.5, 2.5],

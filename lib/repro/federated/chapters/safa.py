@@ -1,9 +1,10 @@
 """The SAFA chapter: FedAvg, FedProx, FedDyn, SCAFFOLD, FedDC and SAFA on a sparse-and-scarce split (and a denser one).
 
-FedProx's ``mu`` and FedDyn's ``alpha`` are tuned over grids (every value is
-run for every seed; :func:`best_settings` keeps the value with the best mean
-accuracy at the budget), so that the baselines get at least the tuning budget
-SAFA gets (SAFA runs once, at the paper's settings).
+FedProx's ``mu`` and FedDyn's ``alpha`` are tuned over grids of the same size
+(every value is run for every seed; :func:`choices` keeps, through
+:mod:`repro.federated.tuning`, the value with the best mean accuracy at the
+budget), so that the baselines get at least the tuning budget SAFA gets (SAFA
+runs once, at the paper's settings).
 
 :class:`SafaRun` is one seeded run, :func:`run` executes it, :func:`sweep`
 runs every method and seed, :func:`claims` gives the ledger's per-seed
@@ -28,6 +29,7 @@ from repro.federated.safa import SAFA, feddc
 from repro.federated.scaffold import SCAFFOLD, make_scaffold_client_app
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec
+from repro.federated.tuning import Choice, best_settings, keep_best
 from repro.parallel import parallel_map
 
 METHODS = ("fedavg", "fedprox", "feddyn", "scaffold", "feddc", "safa")
@@ -148,26 +150,19 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     return final, curves
 
 
-def best_settings(final: pd.DataFrame, alpha: float) -> dict[str, float]:
-    """For each tuned method, the setting with the best mean accuracy at the budget on the split ``alpha``.
-
-    The choice is made on the same accuracy the claims compare, which can only favour the baselines.
-    """
-    sel = final[np.isclose(final.alpha, alpha) & final.method.isin(list(TUNED))]
-    means = sel.groupby(["method", "setting"]).budget_accuracy.mean().reset_index()
-    return {m: float(g.loc[g.budget_accuracy.idxmax(), "setting"]) for m, g in means.groupby("method")}
+TUNING_METRIC = "budget_accuracy"
+"""What the grids are tuned on: the accuracy the claims compare (a sparse-and-scarce split with ``usage``
+1 leaves no held-out samples), which can only favour the baselines against SAFA."""
 
 
-def keep_best(frame: pd.DataFrame, best: dict[str, float]) -> pd.DataFrame:
-    """The rows of ``frame`` (final or curves) of untuned methods and of each tuned method's best setting."""
-    tuned = frame.method.isin(list(best))
-    chosen = frame.apply(lambda r: r.method in best and np.isclose(r.setting, best[r.method]), axis=1)
-    return frame[~tuned | chosen]
+def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
+    """Each tuned baseline's best value on every split of ``final`` (see :func:`repro.federated.tuning.best_settings`)."""
+    return best_settings(final, TUNING_METRIC, by=("alpha",))
 
 
 def claims(final: pd.DataFrame, alpha: float) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims on the sparse-and-scarce split (``alpha``), baselines tuned."""
-    sel = keep_best(final[np.isclose(final.alpha, alpha)], best_settings(final, alpha))
+    sel = keep_best(final[np.isclose(final.alpha, alpha)], choices(final))
 
     def acc(method: str) -> pd.Series:
         return sel[sel.method == method].set_index("seed").budget_accuracy
