@@ -16,7 +16,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 export JUPYTER_PLATFORM_DIRS := 1
 
-.PHONY: setup apt venv data dvcyaml run book html test lint bench lock clean
+.PHONY: setup apt venv data dvcyaml run book html test lint bench lock gpu-lock clean
 
 ## `make book PROFILE=smoke` builds the quick book from smoke runs; `make book COURSE=<name>` a book of the
 ## chapters in book/courses/<name>.yaml (only those are run)
@@ -95,6 +95,18 @@ lock:
 	tmp=$$(mktemp -d); python3 -m venv $$tmp/v; $$tmp/v/bin/pip install -q -U 'pip>=26'; \
 	$$tmp/v/bin/pip install -q torch==2.13.0; $$tmp/v/bin/pip install -q -r envs/cpu.in; \
 	$$tmp/v/bin/pip freeze --exclude-editable > envs/cpu.lock; rm -rf $$tmp
+
+## re-resolve envs/gpu.lock: cpu.lock's pins with the CUDA build of torch and the libraries it needs.
+## pip's dry run reads the wheels' metadata only, so nothing of several GB is downloaded; the local
+## wheel folder and pip config are left out so the registry's CUDA torch is seen (maintainers)
+gpu-lock:
+	tmp=$$(mktemp -d); python3 -m venv $$tmp/v; grep -v '^torch==' envs/cpu.lock > $$tmp/pins.txt; \
+	env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null $$tmp/v/bin/pip install -q --dry-run --ignore-installed \
+	  --report $$tmp/report.json -c $$tmp/pins.txt -r envs/gpu.in && \
+	python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); \
+	  print("# envs/gpu.lock: resolved by make gpu-lock from envs/gpu.in and the pins of envs/cpu.lock"); \
+	  [print(f"{n}=={v}") for n, v in sorted((i["metadata"]["name"], i["metadata"]["version"]) for i in r["install"])]' \
+	  $$tmp/report.json > envs/gpu.lock; rm -rf $$tmp
 
 clean:
 	rm -rf build results book/_build book/chapters book/_toc.yml book/scoreboard.md .cache

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -52,3 +54,24 @@ def test_every_profile_of_every_torch_chapter_names_a_device_it_knows(root):
         for name, values in profiles.items():
             assert values["device"] in DEVICES, (ch.id, name)
         assert profiles["smoke"]["device"] == profiles["cpu"]["device"] == "cpu", ch.id
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """``name -> version`` of a lock file's ``name==version`` lines (names lower-cased, ``_`` as ``-``)."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        if "==" in line and not line.lstrip().startswith("#"):
+            name, version = line.split("==", 1)
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    return pins
+
+
+def test_gpu_lock_is_the_cpu_lock_with_cuda_torch(root):
+    """envs/gpu.lock pins every package of envs/cpu.lock at the same version, torch as its CUDA build."""
+    cpu, gpu = _pins(root / "envs" / "cpu.lock"), _pins(root / "envs" / "gpu.lock")
+    assert cpu["torch"].endswith("+cpu") and gpu["torch"] == cpu["torch"].removesuffix("+cpu")
+    differ = {k: (v, gpu.get(k)) for k, v in cpu.items() if k != "torch" and gpu.get(k) != v}
+    assert not differ, f"gpu.lock departs from cpu.lock: {differ}"
+    cuda = [k for k in gpu if k.startswith("nvidia-")]
+    assert any(k.startswith("nvidia-cudnn") for k in cuda) and any(k.startswith("nvidia-nccl") for k in cuda)
+    assert not [v for v in gpu.values() if "+cpu" in v]
