@@ -20,6 +20,8 @@ Core, used by every chapter:
   last-layer client features; the distillation loss; aggregation-weight policies.
 - :mod:`repro.federated.textdata`: the offline text task standing in for AG News.
 - :mod:`repro.federated.figures`: figure and table helpers shared by two or more chapters.
+- :mod:`repro.federated.runs`: the run record every chapter's comparison subclasses (shared fields, the
+  simulation with the usual initial model and evaluation), running many, and the final table and curves.
 - :mod:`repro.federated.tuning`: fair tuning of baselines (a same-size grid per tuned method, the best
   mean over seeds on a validation metric kept) and the held-out validation set of a split.
 

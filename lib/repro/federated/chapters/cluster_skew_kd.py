@@ -8,103 +8,76 @@ values.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pandas as pd
 from sklearn.metrics import adjusted_rand_score
 
 from repro.federated.cadis import CADIS, ClusterEqualWeights, make_kd_client_app
 from repro.federated.client import LocalSGD
-from repro.federated.engine import (
-    RunSummary,
-    central_evaluator,
-    eval_schedule,
-    initial_arrays,
-    run_federated,
-    seed_differences,
-)
+from repro.federated.engine import RunSummary, seed_differences
 from repro.federated.regularised import make_regularised_client_app
+from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec, planted_clusters
 from repro.federated.weighting import FlowerPolicyFedAvg
-from repro.parallel import parallel_map
 
 METHODS = ("fedavg", "fedprox", "cluster-agg", "kd", "cadis", "oracle-agg")
 
 
 @dataclass(frozen=True)
-class CadisRun:
-    """One run of the comparison and ablation; field names are the chapter's parameters.
+class CadisRun(FederatedRun):
+    """One run of the comparison and ablation; the shared fields are :class:`FederatedRun`'s.
+
+    ``method`` is ``fedavg``, ``fedprox``, ``cluster-agg`` (CADIS's aggregation
+    alone), ``kd`` (FedAvg with the KD client), ``cadis`` (both) or
+    ``oracle-agg`` (cluster-equal aggregation over the planted clusters).
 
     Attributes
     ----------
-    method
-        ``fedavg``, ``fedprox``, ``cluster-agg`` (CADIS's aggregation alone),
-        ``kd`` (FedAvg with the KD client), ``cadis`` (both) or ``oracle-agg``
-        (cluster-equal aggregation over the planted clusters).
-    spec, sgd, tau, rounds, active_clients, seed
-        Task, local training, local steps, rounds, clients per round, run seed.
     mu
         FedProx's proximal weight.
     kd_mu, temperature, threshold
         Weight and temperature of the distillation term; CADIS's clustering threshold.
-    eval_every, engine
-        Evaluation period (rounds) and engine.
     """
 
-    method: str
-    spec: TaskSpec
-    sgd: LocalSGD
-    tau: int
-    rounds: int
-    active_clients: int
-    seed: int
     mu: float = 0.01
     kd_mu: float = 1.0
     temperature: float = 2.0
     threshold: float = 0.5
-    eval_every: int = 10
-    engine: str = "inprocess"
 
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"parameter 'methods': must be among {METHODS}, got {self.method!r}")
+    methods: ClassVar[tuple[str, ...]] = METHODS
 
 
 def run(job: CadisRun) -> dict:
-    """One run's record: the same fields as the FedDRL chapter's run record, plus ``ari``.
+    """One run's record: :func:`repro.federated.runs.summary_record`'s fields plus ``ari``.
 
     ``ari`` is the adjusted Rand index of the clustering the server ends with,
     over all clients, against the planted groups (NaN for methods that do not cluster).
     """
-    spec = job.spec
-    local, last = job.sgd.config(job.tau), f"fc{len(spec.hidden)}.weight"
+    spec, local, k = job.spec, job.local, job.clients_per_round
     groups = planted_clusters(spec)
     run_config = {"seed": job.seed}
     app = make_kd_client_app(spec, run_config)
     if job.method == "fedavg":
-        strat: SeededFedAvg = SeededFedAvg(job.active_clients, local, seed=job.seed)
+        strat: SeededFedAvg = SeededFedAvg(k, local, seed=job.seed)
     elif job.method == "fedprox":
-        strat = SeededFedProx(job.active_clients, local, seed=job.seed, mu=job.mu)
+        strat = SeededFedProx(k, local, seed=job.seed, mu=job.mu)
         app = make_regularised_client_app(spec, run_config)
     elif job.method == "kd":
-        strat = SeededFedAvg(job.active_clients, {**local, "kd-mu": job.kd_mu, "kd-temperature": job.temperature},
-                             seed=job.seed)
+        strat = SeededFedAvg(k, {**local, "kd-mu": job.kd_mu, "kd-temperature": job.temperature}, seed=job.seed)
     elif job.method in ("cluster-agg", "cadis"):
-        strat = CADIS(job.active_clients, local, spec.num_clients, last, threshold=job.threshold,
+        strat = CADIS(k, local, spec.num_clients, f"fc{len(spec.hidden)}.weight", threshold=job.threshold,
                       kd_mu=job.kd_mu if job.method == "cadis" else 0.0, kd_temperature=job.temperature,
                       seed=job.seed)
     else:
-        strat = FlowerPolicyFedAvg(job.active_clients, local,
-                                   ClusterEqualWeights(dict(enumerate(int(g) for g in groups))), seed=job.seed)
-    hist = run_federated(strat, app, spec.num_clients, initial_arrays(spec, job.seed), job.rounds,
-                         central_evaluator(spec), eval_schedule(job.rounds, job.eval_every), engine=job.engine)
-    summary = RunSummary.of(hist, spec)
+        strat = FlowerPolicyFedAvg(k, local, ClusterEqualWeights(dict(enumerate(int(g) for g in groups))),
+                                   seed=job.seed)
+    hist = job.simulate(strat, app)
     ari = float("nan")
     if isinstance(strat, CADIS):
         ari = float(adjusted_rand_score(groups, strat.remembered_clusters(list(range(spec.num_clients)))))
-    return {"method": job.method, "seed": job.seed, "accuracy": summary.accuracy,
-            "budget_accuracy": summary.budget_accuracy, "client_acc_std": summary.client_acc_std,
-            "curve": list(summary.curve), "ari": ari}
+    return summary_record(job, RunSummary.of(hist, spec), ari=ari)
 
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, seeds: list[int], mu: float,
@@ -123,14 +96,11 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"parameter 'methods': must be among {METHODS}, got {sorted(unknown)}")
-    jobs = [CadisRun(m, spec, sgd, tau, rounds, active_clients, s, mu, kd_mu, temperature, threshold, eval_every,
-                     engine) for m in methods for s in seeds]
-    done = parallel_map(run, jobs, workers if engine == "inprocess" else 1, desc="CADIS comparison")
-    cols = ("method", "seed", "accuracy", "budget_accuracy", "client_acc_std", "ari")
-    final = pd.DataFrame([{c: r[c] for c in cols} for r in done])
-    curves = pd.DataFrame([{"method": r["method"], "seed": r["seed"], "round": rd, "accuracy": a}
-                           for r in done for rd, a in r["curve"]])
-    return final, curves
+    jobs = [CadisRun(m, spec, sgd, tau, rounds, s, active_clients=active_clients, eval_every=eval_every,
+                     engine=engine, mu=mu, kd_mu=kd_mu, temperature=temperature, threshold=threshold)
+            for m in methods for s in seeds]
+    done = execute(run, jobs, workers, desc="CADIS comparison")
+    return run_tables(done, ("method", "seed", "accuracy", "budget_accuracy", "client_acc_std", "ari"))
 
 
 def claims(final: pd.DataFrame) -> dict[str, list[float]]:

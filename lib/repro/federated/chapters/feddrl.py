@@ -8,62 +8,40 @@ values; the cluster-weight figure is the chapter's own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from repro.federated.client import LocalSGD
-from repro.federated.engine import (
-    RunSummary,
-    central_evaluator,
-    eval_schedule,
-    initial_arrays,
-    run_federated,
-    seed_differences,
-)
+from repro.federated.engine import RunSummary, seed_differences
 from repro.federated.feddrl import DDPGWeights, make_loss_reporting_client_app
+from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec, planted_clusters
 from repro.federated.weighting import FlowerPolicyFedAvg
-from repro.parallel import parallel_map
 
 METHODS = ("fedavg", "fedprox", "feddrl")
 
 
 @dataclass(frozen=True)
-class FedDrlRun:
-    """One run of the comparison; field names are the chapter's parameters.
+class FedDrlRun(FederatedRun):
+    """One run of the comparison (every client every round); the shared fields are :class:`FederatedRun`'s.
 
     Attributes
     ----------
-    method
-        ``fedavg``, ``fedprox`` or ``feddrl``.
-    spec, sgd, tau, rounds, seed
-        Task (every client trains every round), local training, local steps, rounds, run seed.
     mu
         FedProx's proximal weight.
     beta, sigma, updates
         The agent's reward weight of the loss spread, exploration noise and gradient steps per round.
-    eval_every, engine
-        Evaluation period (rounds) and engine.
     """
 
-    method: str
-    spec: TaskSpec
-    sgd: LocalSGD
-    tau: int
-    rounds: int
-    seed: int
     mu: float = 0.01
     beta: float = 1.0
     sigma: float = 0.1
     updates: int = 10
-    eval_every: int = 10
-    engine: str = "inprocess"
 
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"parameter 'method': must be one of {METHODS}, got {self.method!r}")
+    methods: ClassVar[tuple[str, ...]] = METHODS
 
 
 def run(job: FedDrlRun) -> dict:
@@ -72,11 +50,10 @@ def run(job: FedDrlRun) -> dict:
     Returns
     -------
     dict
-        ``method, seed, accuracy`` (final), ``budget_accuracy`` (mean of the last
-        three evaluations), ``client_acc_std``, ``curve`` and, for FedDRL, the
+        :func:`repro.federated.runs.summary_record`'s fields and, for FedDRL, the
         per-round weights of each planted cluster (``cluster_weights``).
     """
-    local, k = job.sgd.config(job.tau), job.spec.num_clients
+    local, k = job.local, job.clients_per_round
     if job.method == "fedavg":
         strat: SeededFedAvg = SeededFedAvg(k, local, seed=job.seed)
     elif job.method == "fedprox":
@@ -84,13 +61,8 @@ def run(job: FedDrlRun) -> dict:
     else:
         agent = DDPGWeights(k, beta=job.beta, updates=job.updates, sigma=job.sigma, seed=job.seed)
         strat = FlowerPolicyFedAvg(k, local, agent, seed=job.seed)
-    hist = run_federated(strat, make_loss_reporting_client_app(job.spec, {"seed": job.seed}), k,
-                         initial_arrays(job.spec, job.seed), job.rounds, central_evaluator(job.spec),
-                         eval_schedule(job.rounds, job.eval_every), engine=job.engine)
-    summary = RunSummary.of(hist, job.spec)
-    out = {"method": job.method, "seed": job.seed, "accuracy": summary.accuracy,
-           "budget_accuracy": summary.budget_accuracy, "client_acc_std": summary.client_acc_std,
-           "curve": list(summary.curve)}
+    hist = job.simulate(strat, make_loss_reporting_client_app(job.spec, {"seed": job.seed}))
+    out = summary_record(job, RunSummary.of(hist, job.spec))
     if isinstance(strat, FlowerPolicyFedAvg):
         groups = planted_clusters(job.spec)
         out["cluster_weights"] = [(rd, *(sum(w[p] for p in w if groups[p] == g) for g in range(groups.max() + 1)))
@@ -112,13 +84,10 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, seeds: list[int]
     weights : DataFrame
         FedDRL's total weight per planted cluster, per round and seed.
     """
-    jobs = [FedDrlRun(m, spec, sgd, tau, rounds, s, mu, beta, sigma, updates, eval_every, engine)
-            for m in METHODS for s in seeds]
-    done = parallel_map(run, jobs, workers if engine == "inprocess" else 1, desc="FedDRL comparison")
-    cols = ("method", "seed", "accuracy", "budget_accuracy", "client_acc_std")
-    final = pd.DataFrame([{c: r[c] for c in cols} for r in done])
-    curves = pd.DataFrame([{"method": r["method"], "seed": r["seed"], "round": rd, "accuracy": a}
-                           for r in done for rd, a in r["curve"]])
+    jobs = [FedDrlRun(m, spec, sgd, tau, rounds, s, eval_every=eval_every, engine=engine, mu=mu, beta=beta,
+                      sigma=sigma, updates=updates) for m in METHODS for s in seeds]
+    done = execute(run, jobs, workers, desc="FedDRL comparison")
+    final, curves = run_tables(done, ("method", "seed", "accuracy", "budget_accuracy", "client_acc_std"))
     weights = pd.DataFrame([{"seed": r["seed"], "round": row[0], "cluster": g, "weight": w}
                             for r in done if r["method"] == "feddrl" for row in r["cluster_weights"]
                             for g, w in enumerate(row[1:])])

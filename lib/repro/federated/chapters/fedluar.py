@@ -8,57 +8,42 @@ per-seed values; the figures and the table are the chapter's own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from repro.federated.client import LocalSGD, make_client_app
-from repro.federated.engine import central_evaluator, eval_schedule, initial_arrays, run_federated
 from repro.federated.fedluar import FedLUAR, TopKSparsified, uplink_ratio
 from repro.federated.figures import accuracy_band
+from repro.federated.runs import FederatedRun, execute, run_tables
 from repro.federated.task import TaskSpec, build_model
 from repro.models import count_parameters
-from repro.parallel import parallel_map
 
 METHODS = ("fedavg", "fedluar", "drop", "uniform", "topk")
 
 
 @dataclass(frozen=True)
-class FedLuarRun:
-    """One run of the comparison; field names are the chapter's parameters.
+class FedLuarRun(FederatedRun):
+    """One run of the comparison; the shared fields are :class:`FederatedRun`'s.
+
+    ``method`` is ``fedavg``, ``fedluar`` (recycle, score selection), ``drop``
+    (score selection, updates dropped), ``uniform`` (recycle, uniform selection)
+    or ``topk`` (top-k sparsified updates with error feedback, keeping fraction ``keep``).
 
     Attributes
     ----------
-    method
-        ``fedavg``, ``fedluar`` (recycle, score selection), ``drop`` (score
-        selection, updates dropped), ``uniform`` (recycle, uniform selection)
-        or ``topk`` (top-k sparsified updates with error feedback, keeping fraction ``keep``).
-    spec, sgd, tau, rounds, active_clients, seed
-        Task, local training, local steps per round, rounds, clients per round, run seed.
     delta
         Layers recycled (or dropped) per round.
     keep
         Fraction of each update kept by ``topk``.
-    eval_every, engine
-        Evaluation period (rounds) and engine.
     """
 
-    method: str
-    spec: TaskSpec
-    sgd: LocalSGD
-    tau: int
-    rounds: int
-    active_clients: int
-    seed: int
     delta: int = 0
     keep: float = 1.0
-    eval_every: int = 10
-    engine: str = "inprocess"
 
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"parameter 'method': must be one of {METHODS}, got {self.method!r}")
+    methods: ClassVar[tuple[str, ...]] = METHODS
 
 
 def run(job: FedLuarRun) -> dict:
@@ -71,20 +56,17 @@ def run(job: FedLuarRun) -> dict:
         ``curve`` (round, accuracy, uplink so far in units of one FedAvg round's upload) and, for the
         recycling runs, ``recycled`` (round -> layers).
     """
-    local = job.sgd.config(job.tau)
+    local, k = job.local, job.clients_per_round
     if job.method == "topk":
-        strat: FedLUAR | TopKSparsified = TopKSparsified(job.active_clients, local, seed=job.seed, keep=job.keep)
+        strat: FedLUAR | TopKSparsified = TopKSparsified(k, local, seed=job.seed, keep=job.keep)
     else:
         d = 0 if job.method == "fedavg" else job.delta
-        strat = FedLUAR(job.active_clients, local, seed=job.seed, delta=d,
-                        mode="drop" if job.method == "drop" else "recycle",
+        strat = FedLUAR(k, local, seed=job.seed, delta=d, mode="drop" if job.method == "drop" else "recycle",
                         selection="uniform" if job.method == "uniform" else "score")
     spec = job.spec
     full = sum(count_parameters(build_model(spec, seed=0)).values())
-    hist = run_federated(strat, make_client_app(spec, {"seed": job.seed}), spec.num_clients,
-                         initial_arrays(spec, job.seed), job.rounds, central_evaluator(spec),
-                         eval_schedule(job.rounds, job.eval_every), engine=job.engine)
-    cum = np.cumsum(strat.uplink) / (job.active_clients * full)
+    hist = job.simulate(strat, make_client_app(spec, {"seed": job.seed}))
+    cum = np.cumsum(strat.uplink) / (k * full)
     curve = [(r, a, float(cum[r - 1]) if r else 0.0) for r, a in zip(hist.rounds, hist.accuracy)]
     return {"method": job.method, "delta": 0 if job.method == "fedavg" else job.delta, "seed": job.seed,
             "accuracy": hist.final_accuracy, "uplink": uplink_ratio(strat, full, job.rounds), "curve": curve,
@@ -113,20 +95,19 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
         raise ValueError(f"parameter 'deltas': must all be >= 1, got {deltas}")
     if delta not in deltas:
         raise ValueError(f"parameter 'delta' ({delta}) must be one of deltas {deltas}")
-    w = workers if engine == "inprocess" else 1
 
     def job(method: str, seed: int, d: int, keep: float = 1.0) -> FedLuarRun:
-        return FedLuarRun(method, spec, sgd, tau, rounds, active_clients, seed, d, keep, eval_every, engine)
+        return FedLuarRun(method, spec, sgd, tau, rounds, seed, active_clients=active_clients, eval_every=eval_every,
+                          engine=engine, delta=d, keep=keep)
 
     first = [job("fedavg", s, 0) for s in seeds]
     first += [job("fedluar", s, d) for d in deltas for s in seeds]
     first += [job(m, s, delta) for m in ("drop", "uniform") for s in seeds]
-    done = parallel_map(run, first, w, desc="FedAvg, FedLUAR and ablations")
+    done = execute(run, first, workers, desc="FedAvg, FedLUAR and ablations")
     keep = {r["seed"]: r["uplink"] for r in done if r["method"] == "fedluar" and r["delta"] == delta}
-    done += parallel_map(run, [job("topk", s, delta, keep[s]) for s in seeds], w, desc="top-k at FedLUAR's uplink")
-    final = pd.DataFrame([{k: r[k] for k in ("method", "delta", "seed", "accuracy", "uplink")} for r in done])
-    curves = pd.DataFrame([{"method": r["method"], "delta": r["delta"], "seed": r["seed"], "round": rd,
-                            "accuracy": a, "uplink": u} for r in done for rd, a, u in r["curve"]])
+    done += execute(run, [job("topk", s, delta, keep[s]) for s in seeds], workers, desc="top-k at FedLUAR's uplink")
+    final, curves = run_tables(done, ("method", "delta", "seed", "accuracy", "uplink"), keys=("method", "delta", "seed"),
+                               curve_columns=("round", "accuracy", "uplink"))
     recycled = {(r["delta"], r["seed"]): r["recycled"] for r in done if r["method"] == "fedluar"}
     return final, curves, recycled
 

@@ -14,23 +14,23 @@ values; the figures and the table are the chapter's own.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from repro.federated.client import LocalSGD
-from repro.federated.engine import RunSummary, central_evaluator, eval_schedule, initial_arrays, run_federated
+from repro.federated.engine import RunSummary
 from repro.federated.feddyn import FedDyn, make_feddyn_client_app
 from repro.federated.figures import accuracy_band
 from repro.federated.regularised import make_regularised_client_app
+from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
 from repro.federated.safa import SAFA, feddc
 from repro.federated.scaffold import SCAFFOLD, make_scaffold_client_app
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec
 from repro.federated.tuning import Choice, best_settings, keep_best
-from repro.parallel import parallel_map
 
 METHODS = ("fedavg", "fedprox", "feddyn", "scaffold", "feddc", "safa")
 FEDDYN_ALPHA = 0.01
@@ -42,63 +42,47 @@ BASELINES = ("fedprox", "feddyn", "scaffold")
 
 
 @dataclass(frozen=True)
-class SafaRun:
-    """One run of the comparison; field names are the chapter's parameters.
+class SafaRun(FederatedRun):
+    """One run of the comparison; the shared fields are :class:`FederatedRun`'s.
+
+    ``method`` is ``fedavg``, ``fedprox`` (``mu``), ``feddyn`` (``feddyn_alpha``),
+    ``scaffold``, ``feddc`` (``period``) or ``safa``; the task's ``alpha`` is the
+    split's label concentration, and ``active_clients`` is also SAFA's number of models.
 
     Attributes
     ----------
-    method
-        ``fedavg``, ``fedprox`` (``mu``), ``feddyn`` (``feddyn_alpha``), ``scaffold``, ``feddc`` (``period``)
-        or ``safa``.
-    spec, sgd, tau, rounds, active_clients, seed
-        Task (its ``alpha`` is the split's label concentration), local training, local steps, rounds,
-        clients per round (also SAFA's number of models), run seed.
     lam, mix, period
         SAFA's importance penalty, the share of its own state a model keeps at a period's end, and the
         period ``u`` (also FedDC's).
     mu
         FedProx's proximal weight.
-    eval_every, engine
-        Evaluation period (rounds) and engine.
     feddyn_alpha
         FedDyn's regulariser weight.
     """
 
-    method: str
-    spec: TaskSpec
-    sgd: LocalSGD
-    tau: int
-    rounds: int
-    active_clients: int
-    seed: int
     lam: float = 0.1
     mix: float = 0.95
     period: int = 15
     mu: float = 0.01
-    eval_every: int = 10
-    engine: str = "inprocess"
     feddyn_alpha: float = FEDDYN_ALPHA
 
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"parameter 'method': must be one of {METHODS}, got {self.method!r}")
+    methods: ClassVar[tuple[str, ...]] = METHODS
 
 
 def strategy(job: SafaRun) -> SeededFedAvg:
     """The server strategy of ``job``'s method."""
-    local = job.sgd.config(job.tau)
+    local, k = job.local, job.clients_per_round
     if job.method == "fedavg":
-        return SeededFedAvg(job.active_clients, local, seed=job.seed)
+        return SeededFedAvg(k, local, seed=job.seed)
     if job.method == "fedprox":
-        return SeededFedProx(job.active_clients, local, seed=job.seed, mu=job.mu)
+        return SeededFedProx(k, local, seed=job.seed, mu=job.mu)
     if job.method == "feddyn":
-        return FedDyn(job.active_clients, local, num_clients=job.spec.num_clients, alpha=job.feddyn_alpha,
-                      seed=job.seed)
+        return FedDyn(k, local, num_clients=job.spec.num_clients, alpha=job.feddyn_alpha, seed=job.seed)
     if job.method == "scaffold":
-        return SCAFFOLD(job.active_clients, local, num_clients=job.spec.num_clients, seed=job.seed)
+        return SCAFFOLD(k, local, num_clients=job.spec.num_clients, seed=job.seed)
     if job.method == "feddc":
-        return feddc(job.active_clients, local, seed=job.seed, period=job.period)
-    return SAFA(job.active_clients, local, seed=job.seed, lam=job.lam, mix=job.mix, period=job.period)
+        return feddc(k, local, seed=job.seed, period=job.period)
+    return SAFA(k, local, seed=job.seed, lam=job.lam, mix=job.mix, period=job.period)
 
 
 def setting(job: SafaRun) -> float:
@@ -107,15 +91,12 @@ def setting(job: SafaRun) -> float:
 
 
 def run(job: SafaRun) -> dict:
-    """One run's record: ``method, setting, alpha, seed, accuracy`` (final), ``budget_accuracy`` and ``curve``."""
+    """One run's record: :func:`repro.federated.runs.summary_record`'s fields plus ``setting`` and ``alpha``."""
     run_config = {"seed": job.seed}
     makers = {"feddyn": make_feddyn_client_app, "scaffold": make_scaffold_client_app}
     app = makers.get(job.method, make_regularised_client_app)(job.spec, run_config)
-    hist = run_federated(strategy(job), app, job.spec.num_clients, initial_arrays(job.spec, job.seed), job.rounds,
-                         central_evaluator(job.spec), eval_schedule(job.rounds, job.eval_every), engine=job.engine)
-    summary = RunSummary.of(hist)
-    return {"method": job.method, "setting": setting(job), "alpha": job.spec.alpha, "seed": job.seed,
-            "accuracy": summary.accuracy, "budget_accuracy": summary.budget_accuracy, "curve": list(summary.curve)}
+    return summary_record(job, RunSummary.of(job.simulate(strategy(job), app)), setting=setting(job),
+                          alpha=job.spec.alpha)
 
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, seeds: list[int], lam: float,
@@ -134,20 +115,17 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
         Accuracy at each evaluated round, every run.
     """
     def job(method: str, task: TaskSpec, seed: int, **tuned: float) -> SafaRun:
-        return SafaRun(method, task, sgd, tau, rounds, active_clients, seed, lam=lam, mix=mix, period=period,
-                       eval_every=eval_every, engine=engine, **tuned)
+        return SafaRun(method, task, sgd, tau, rounds, seed, active_clients=active_clients, eval_every=eval_every,
+                       engine=engine, lam=lam, mix=mix, period=period, **tuned)
 
     grids = {"fedprox": [{"mu": m} for m in mus], "feddyn": [{"feddyn_alpha": a} for a in feddyn_alphas]}
     jobs = [job(m, spec, s, **t) for m in METHODS for t in grids.get(m, [{}]) for s in seeds]
     if dense_alpha is not None:
         dense = replace(spec, alpha=dense_alpha)
         jobs += [job(m, dense, s) for m in ("fedavg", "safa") for s in seeds]
-    done = parallel_map(run, jobs, workers if engine == "inprocess" else 1, desc="SAFA comparison")
-    final = pd.DataFrame([{k: r[k] for k in ("method", "setting", "alpha", "seed", "accuracy", "budget_accuracy")}
-                          for r in done])
-    curves = pd.DataFrame([{"method": r["method"], "setting": r["setting"], "alpha": r["alpha"], "seed": r["seed"],
-                            "round": rd, "accuracy": acc} for r in done for rd, acc in r["curve"]])
-    return final, curves
+    done = execute(run, jobs, workers, desc="SAFA comparison")
+    return run_tables(done, ("method", "setting", "alpha", "seed", "accuracy", "budget_accuracy"),
+                      keys=("method", "setting", "alpha", "seed"))
 
 
 TUNING_METRIC = "budget_accuracy"
