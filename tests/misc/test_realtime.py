@@ -99,3 +99,117 @@ def test_a_violated_bound_would_be_seen():
     g.add_edges_from(("s0", f"s{i}") for i in range(1, 4))
     # a non-work-conserving run: everything on one of the two processors
     assert rt.simulate(g, 1).makespan > rt.graham_bound(g, 2)
+
+
+# ---- fixed-priority response-time analysis, partitioning and federated scheduling ----
+
+def _tasks(*specs: tuple[float, float]) -> list[rt.PeriodicTask]:
+    """Tasks named t0, t1, ... with (C, T) and D = T, in the given priority order."""
+    return [rt.PeriodicTask(f"t{i}", c, t, t) for i, (c, t) in enumerate(specs)]
+
+
+def test_response_times_of_a_textbook_task_set():
+    """(3, 7), (3, 12), (5, 20): the lowest task iterates 11, 14, 17, 20, 20."""
+    rts = rt.response_time_analysis(_tasks((3, 7), (3, 12), (5, 20)))
+    assert [r.response for r in rts] == [3, 6, 20]
+    assert all(r.schedulable for r in rts)
+    assert rts[2].iterations == 5
+
+
+def test_the_iteration_runs_several_steps_before_its_fixed_point():
+    """(1, 4), (2, 6), (3, 13): 6, 7, 9, 10, 10 for the lowest task."""
+    rts = rt.response_time_analysis(_tasks((1, 4), (2, 6), (3, 13)))
+    assert [r.response for r in rts] == [1, 3, 10]
+    assert rts[2].iterations == 5
+
+
+def test_an_unschedulable_task_is_reported_with_its_first_late_iterate():
+    """(2, 4), (3, 6): U = 1 but the second task needs 3 + 2 * 2 = 7 > 6."""
+    tasks = _tasks((2, 4), (3, 6))
+    high, low = rt.response_time_analysis(tasks)
+    assert high.schedulable and high.response == 2
+    assert not low.schedulable and low.response == 7
+    assert rt.simulate_fixed_priority(tasks, 24)["t1"] == pytest.approx(7)
+
+
+def test_blocking_adds_to_the_recurrence():
+    """(3, 7), then (3, 12) blocked for 2: 8, 11, 11."""
+    high, low = _tasks((3, 7), (3, 12))
+    r = rt.response_time(rt.PeriodicTask(low.name, low.wcet, low.period, low.deadline, blocking=2.0), [high])
+    assert r.response == 11 and r.schedulable and r.iterations == 3
+
+
+def test_a_deadline_beyond_the_period_is_refused():
+    with pytest.raises(ValueError, match="exceeds its period"):
+        rt.response_time(rt.PeriodicTask("x", 1.0, 5.0, 6.0), [])
+
+
+def test_deadline_monotonic_order():
+    tasks = [rt.PeriodicTask("a", 1, 10, 9), rt.PeriodicTask("b", 1, 8, 8), rt.PeriodicTask("c", 1, 10, 9)]
+    assert [t.name for t in rt.deadline_monotonic(tasks)] == ["b", "a", "c"]
+
+
+def _random_task_set(seed: int, n: int, utilisation: float) -> list[rt.PeriodicTask]:
+    rng = np.random.default_rng(seed)
+    periods = rng.choice([5, 8, 10, 12, 20, 25, 40], size=n)
+    utils = rng.dirichlet(np.ones(n)) * utilisation
+    return rt.deadline_monotonic([rt.PeriodicTask(f"t{i}", float(u * p), float(p), float(p))
+                                  for i, (u, p) in enumerate(zip(utils, periods))])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_analysis_equals_the_simulated_critical_instant_and_bounds_shorter_jobs(seed):
+    tasks = _random_task_set(seed, 5, 0.85)
+    rts = rt.response_time_analysis(tasks)
+    horizon = 2 * max(t.period for t in tasks)
+    worst = rt.simulate_fixed_priority(tasks, horizon)
+    early = rt.simulate_fixed_priority(tasks, horizon, {t.name: t.wcet * 0.6 for t in tasks})
+    for r in rts:
+        if r.schedulable:
+            assert worst[r.task] == pytest.approx(r.response, rel=1e-9)
+            assert early[r.task] <= r.response * (1 + 1e-9)
+        else:
+            assert worst[r.task] > next(t.deadline for t in tasks if t.name == r.task)
+
+
+def test_a_bound_that_leaves_out_interference_is_caught_by_the_simulation():
+    tasks = _tasks((1, 4), (2, 6), (3, 13))
+    without_top = rt.response_time(tasks[2], tasks[1:2])
+    assert rt.simulate_fixed_priority(tasks, 26)["t2"] > without_top.response
+
+
+def test_first_fit_partitioning_admits_by_response_time():
+    tasks = _tasks((2, 4), (3, 6), (1, 4))  # the first two cannot share a processor
+    assert rt.partition_first_fit(tasks, 1) is None
+    cores = rt.partition_first_fit(tasks, 2)
+    assert cores is not None and sorted(t.name for c in cores for t in c) == ["t0", "t1", "t2"]
+    for core in cores:
+        assert all(r.schedulable for r in rt.response_time_analysis(core))
+        assert {t.name for t in core} != {"t0", "t1"}
+
+
+def test_federated_cores_meet_the_deadline_with_graham():
+    assert rt.federated_cores(10.0, 4.0, 6.0) == 3  # 4 + 6 / 3 = 6 <= 6, 4 + 6 / 2 > 6
+    assert rt.federated_cores(10.0, 6.0, 6.0) is None
+    heavy = rt.DagTask("h", 10.0, 4.0, 6.0, 6.0)
+    light = rt.DagTask("l", 2.0, 1.0, 5.0, 5.0)
+    assert heavy.heavy and not light.heavy
+    fs = rt.federated_schedule([heavy, light], 4)
+    assert fs.schedulable and fs.dedicated == {"h": 3} and fs.bounds == {"h": pytest.approx(6.0), "l": 2.0}
+    assert not rt.federated_schedule([heavy, light], 3).schedulable
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_federated_schedules_of_random_designs_hold_in_simulation(seed):
+    rng = np.random.default_rng(seed)
+    graphs = [rt.thread_design(_random_graph(10 * seed + i, n=30), "chains").graph for i in range(4)]
+    utils = rng.dirichlet(np.ones(4)) * 2.5
+    tasks = [rt.DagTask(f"a{i}", rt.volume(g), rt.critical_path(g), rt.volume(g) / u, rt.volume(g) / u)
+             for i, (g, u) in enumerate(zip(graphs, utils))]
+    fs = rt.federated_schedule(tasks, 32)
+    assert fs.schedulable and fs.dedicated and fs.partitions
+    for name, n in fs.dedicated.items():
+        assert rt.simulate(graphs[int(name[1:])], n).makespan <= fs.bounds[name] * (1 + 1e-9)
+    for core in fs.partitions:
+        worst = rt.simulate_fixed_priority(core, max(t.period for t in core))
+        assert all(worst[t.name] <= fs.bounds[t.name] * (1 + 1e-9) for t in core)

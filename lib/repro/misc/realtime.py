@@ -20,7 +20,15 @@ From a system this module builds
   where ``C`` is the total WCET and ``L`` the longest path of the design's
   graph (the DAG plus each thread's order);
 * a discrete-event simulation (:func:`simulate`, ``simpy``) of the design on
-  ``m`` processors, ready actions served first come first served.
+  ``m`` processors, ready actions served first come first served;
+* for several periodic activities sharing ``m`` processors, federated
+  scheduling (:func:`federated_schedule`): an activity whose volume exceeds its
+  deadline gets ``ceil((C - L) / (D - L))`` dedicated processors, the others run
+  as sequential tasks partitioned first fit onto the remaining processors under
+  deadline-monotonic fixed priorities, admitted by the exact response-time
+  analysis of Joseph and Pandya / Audsley et al. (:func:`response_time`:
+  ``R = C + B + sum_j ceil(R / T_j) C_j`` over the higher-priority tasks ``j``),
+  checked by a preemptive fixed-priority simulation (:func:`simulate_fixed_priority`).
 
 A thread design is represented by the precedence DAG plus an edge between
 consecutive actions of each thread: a thread runs its actions in order, and an
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -351,3 +360,257 @@ def jpeg_encoder() -> System:
 
 
 CASE_STUDIES = {"sensor_filter_controller": sensor_filter_controller, "jpeg_encoder": jpeg_encoder}
+
+
+@dataclass(frozen=True)
+class PeriodicTask:
+    """A sequential periodic task under fixed-priority scheduling.
+
+    Attributes
+    ----------
+    name
+        Unique within a task set.
+    wcet
+        Worst-case execution time ``C``.
+    period
+        Minimum inter-release time ``T``.
+    deadline
+        Relative deadline ``D`` (constrained: ``D <= T``).
+    blocking
+        Longest time ``B`` a lower-priority task can block it (a non-preemptive
+        section or a shared resource under a priority-ceiling protocol).
+    """
+
+    name: str
+    wcet: float
+    period: float
+    deadline: float
+    blocking: float = 0.0
+
+    @property
+    def utilisation(self) -> float:
+        """``C / T``."""
+        return self.wcet / self.period
+
+
+@dataclass(frozen=True)
+class ResponseTime:
+    """Result of the response-time iteration for one task.
+
+    Attributes
+    ----------
+    task
+        The task's name.
+    response
+        The fixed point ``R`` when schedulable; otherwise the first iterate above the deadline.
+    iterations
+        Iterations of the recurrence that were evaluated.
+    schedulable
+        ``R <= D``.
+    """
+
+    task: str
+    response: float
+    iterations: int
+    schedulable: bool
+
+
+def deadline_monotonic(tasks: Sequence[PeriodicTask]) -> list[PeriodicTask]:
+    """Tasks in deadline-monotonic priority order, highest first (ties by period, then name)."""
+    return sorted(tasks, key=lambda t: (t.deadline, t.period, t.name))
+
+
+def response_time(task: PeriodicTask, higher: Sequence[PeriodicTask], tolerance: float = 1e-9) -> ResponseTime:
+    """Worst-case response time of ``task`` below the tasks ``higher`` on one preemptive processor.
+
+    Iterates ``R <- C + B + sum_j ceil(R / T_j) C_j`` from ``R = C + B + sum_j C_j``
+    until it stops changing (the least fixed point, exact for independent
+    tasks released together, the critical instant) or exceeds the deadline.
+
+    Parameters
+    ----------
+    task
+        The task under analysis.
+    higher
+        Every task of higher priority on the same processor.
+    tolerance
+        Relative slack in the ceiling, so that ``R`` equal to a multiple of a
+        period up to rounding does not count one more release.
+
+    Returns
+    -------
+    ResponseTime
+    """
+    if task.deadline > task.period:
+        raise ValueError(f"task {task.name}: deadline {task.deadline} exceeds its period {task.period}")
+    own = task.wcet + task.blocking
+    response = own + sum(t.wcet for t in higher)
+    iterations = 1
+    while response <= task.deadline * (1 + tolerance):
+        nxt = own + sum(math.ceil(response / t.period - tolerance) * t.wcet for t in higher)
+        iterations += 1
+        if nxt <= response:
+            return ResponseTime(task.name, response, iterations, True)
+        response = nxt
+    return ResponseTime(task.name, response, iterations, False)
+
+
+def response_time_analysis(tasks: Sequence[PeriodicTask]) -> list[ResponseTime]:
+    """:func:`response_time` of every task, ``tasks`` given in priority order (highest first)."""
+    return [response_time(t, tasks[:i]) for i, t in enumerate(tasks)]
+
+
+def simulate_fixed_priority(tasks: Sequence[PeriodicTask], horizon: float,
+                            exec_times: dict[str, float] | None = None) -> dict[str, float]:
+    """Worst response time of each task in a preemptive fixed-priority simulation on one processor (``simpy``).
+
+    All tasks release their first job at time 0 and then strictly
+    periodically until ``horizon``; a released job preempts any job of lower
+    priority (``tasks`` are in priority order, highest first).  Blocking
+    terms are not simulated.
+
+    Parameters
+    ----------
+    tasks
+        The task set in priority order.
+    horizon
+        Last release instant considered; every released job is run to completion.
+    exec_times
+        Actual execution time per task name (default: the WCETs).
+
+    Returns
+    -------
+    dict
+        Task name -> largest response time over its simulated jobs.
+    """
+    env = simpy.Environment()
+    cpu = simpy.PreemptiveResource(env, capacity=1)
+    worst = {t.name: 0.0 for t in tasks}
+    times = exec_times or {t.name: t.wcet for t in tasks}
+    scale = max((t.period for t in tasks), default=1.0)
+
+    def job(priority: int, task: PeriodicTask):
+        released, remaining = env.now, times[task.name]
+        while remaining > 1e-12 * scale:
+            with cpu.request(priority=priority, preempt=True) as req:
+                started = None
+                try:
+                    yield req
+                    started = env.now
+                    yield env.timeout(remaining)
+                    remaining = 0.0
+                except simpy.Interrupt:  # preempted, possibly in the instant it was granted the processor
+                    if started is not None:
+                        remaining -= env.now - started
+        worst[task.name] = max(worst[task.name], env.now - released)
+
+    def releases(priority: int, task: PeriodicTask):
+        while env.now <= horizon:
+            env.process(job(priority, task))
+            yield env.timeout(task.period)
+
+    for i, t in enumerate(tasks):
+        env.process(releases(i, t))
+    env.run()
+    return worst
+
+
+def partition_first_fit(tasks: Sequence[PeriodicTask], processors: int) -> list[list[PeriodicTask]] | None:
+    """First-fit-decreasing partitioning admitted by response-time analysis.
+
+    Tasks are taken by decreasing utilisation; each goes to the first
+    processor on which every task, in deadline-monotonic order, stays
+    schedulable.
+
+    Returns
+    -------
+    list or None
+        Each processor's tasks in priority order, or ``None`` if a task fits nowhere.
+    """
+    cores: list[list[PeriodicTask]] = [[] for _ in range(processors)]
+    for task in sorted(tasks, key=lambda t: (-t.utilisation, t.name)):
+        for i, core in enumerate(cores):
+            trial = deadline_monotonic(core + [task])
+            if all(r.schedulable for r in response_time_analysis(trial)):
+                cores[i] = trial
+                break
+        else:
+            return None
+    return cores
+
+
+def federated_cores(volume_: float, length: float, deadline: float) -> int | None:
+    """Dedicated processors a heavy DAG task needs under federated scheduling: ``ceil((C - L) / (D - L))``.
+
+    ``None`` if the critical path alone misses the deadline (``L >= D``).
+    Chosen so that Graham's bound ``L + (C - L) / n`` is at most ``D``.
+    """
+    if length >= deadline:
+        return None
+    return max(1, math.ceil((volume_ - length) / (deadline - length) - 1e-12))
+
+
+@dataclass(frozen=True)
+class DagTask:
+    """A periodic activity: a thread design's graph, released every ``period``, due ``deadline`` after release."""
+
+    name: str
+    volume: float
+    critical_path: float
+    period: float
+    deadline: float
+
+    @property
+    def heavy(self) -> bool:
+        """Its volume exceeds its deadline, so one processor cannot meet it."""
+        return self.volume > self.deadline
+
+
+@dataclass(frozen=True)
+class FederatedSchedule:
+    """Outcome of federated scheduling of DAG tasks on ``m`` processors.
+
+    Attributes
+    ----------
+    schedulable
+        Every heavy task got its dedicated processors and every light task a processor.
+    dedicated
+        Heavy task name -> number of dedicated processors.
+    partitions
+        The light tasks (as sequential :class:`PeriodicTask`) on each remaining processor, in priority order.
+    bounds
+        Task name -> analytical response-time bound (Graham's bound on the dedicated
+        processors for a heavy task, the response-time analysis for a light one); empty if not schedulable.
+    """
+
+    schedulable: bool
+    dedicated: dict[str, int]
+    partitions: tuple[tuple[PeriodicTask, ...], ...]
+    bounds: dict[str, float]
+
+
+def federated_schedule(tasks: Sequence[DagTask], processors: int) -> FederatedSchedule:
+    """Federated scheduling (Li et al., 2014) with fixed-priority partitioning of the light tasks.
+
+    A heavy task gets :func:`federated_cores` dedicated processors; the light
+    tasks run sequentially (their volume as WCET) and are partitioned first fit
+    onto the processors left, admitted by :func:`response_time`.
+    """
+    dedicated: dict[str, int] = {}
+    for t in tasks:
+        if t.heavy:
+            n = federated_cores(t.volume, t.critical_path, t.deadline)
+            if n is None:
+                return FederatedSchedule(False, dedicated, (), {})
+            dedicated[t.name] = n
+    left = processors - sum(dedicated.values())
+    light = [PeriodicTask(t.name, t.volume, t.period, t.deadline) for t in tasks if not t.heavy]
+    if left < 0 or (light and left == 0):
+        return FederatedSchedule(False, dedicated, (), {})
+    cores = partition_first_fit(light, left)
+    if cores is None:
+        return FederatedSchedule(False, dedicated, (), {})
+    bounds = {t.name: t.critical_path + (t.volume - t.critical_path) / dedicated[t.name] for t in tasks if t.heavy}
+    for core in cores:
+        bounds.update({r.task: r.response for r in response_time_analysis(core)})
+    return FederatedSchedule(True, dedicated, tuple(tuple(c) for c in cores if c), bounds)

@@ -6,7 +6,11 @@ designs of :mod:`repro.misc.realtime`, bounds each design's response time on
 ``instances`` draws of shorter actual execution times).  :func:`sweep` does
 this for random layered models (one job per seed and model, spread over
 processes); :func:`schedulability` turns the results into schedulability
-ratios against utilisation; :func:`claims` computes the chapter's claims.
+ratios against utilisation.  :func:`federated_sweep` puts several periodic
+activities on ``m`` shared processors with federated scheduling and
+fixed-priority response-time analysis, checks the analysis against simulation
+and sizes the dedicated processors by simulation for comparison.
+:func:`claims` computes the chapter's claims.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from repro.misc import realtime as rt
 from repro.parallel import parallel_map
 
 LINESTYLE = {"simulation": "-", "analysis": "--"}
+DESIGN_COLOURS = dict(zip(rt.DESIGNS, ("tab:grey", "tab:orange", "tab:blue")))
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,166 @@ def schedulability(results: pd.DataFrame, utilisations: list[float]) -> pd.DataF
     return pd.DataFrame(rows)
 
 
+@dataclass(frozen=True)
+class TaskSetJob:
+    """One random set of periodic activities: its seed and index, how activities are drawn, the grid to judge it on."""
+
+    seed: int
+    index: int
+    spec: ModelSpec
+    activities: int
+    processors: tuple[int, ...]
+    utilisations: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One activity of a task set: volume, each design's critical path, and its share of the set's utilisation.
+
+    Attributes
+    ----------
+    volume
+        ``C``.
+    critical_path
+        Design name -> ``L`` of that design's graph.
+    makespan
+        Simulated response time of the chain-based design at WCETs on ``n`` processors, index ``n - 1``.
+    share
+        Fraction of the task set's total utilisation that this activity carries.
+    """
+
+    volume: float
+    critical_path: dict[str, float]
+    makespan: tuple[float, ...]
+    share: float
+
+
+@dataclass(frozen=True)
+class TaskSetResult:
+    """One task set at one processor count and utilisation, for one design and one way of sizing.
+
+    Attributes
+    ----------
+    seed, task_set, m, utilisation, design
+        Which run.
+    method
+        ``analysis``: heavy activities get ``ceil((C - L) / (D - L))`` processors (Graham's bound);
+        ``simulation``: the fewest processors on which the simulated response meets the deadline.
+        Light activities are admitted by response-time analysis in both.
+    heavy
+        Activities whose volume exceeds their deadline.
+    schedulable
+        Every activity found its processors.
+    worst_ratio
+        Largest simulated response over its analytical bound, over the activities (analysis of the
+        chain-based design only, when schedulable; NaN otherwise).
+    """
+
+    seed: int
+    task_set: int
+    m: int
+    utilisation: float
+    design: str
+    method: str
+    heavy: int
+    schedulable: bool
+    worst_ratio: float
+
+
+def draw_activities(job: TaskSetJob) -> list[Activity]:
+    """The task set's activities: random component models, their designs and their utilisation shares."""
+    rng = np.random.default_rng([job.seed, job.index, 11])
+    shares = rng.dirichlet(np.ones(job.activities))
+    out = []
+    for share in shares:
+        n = int(rng.integers(job.spec.actions[0], job.spec.actions[1] + 1))
+        comps = int(rng.integers(job.spec.components[0], job.spec.components[1] + 1))
+        layers = int(rng.integers(max(comps, 4), max(comps, 4) + 8))
+        system = rt.random_system(n, comps, min(layers, n), job.spec.edge_prob, job.spec.loop_share, rng)
+        g = rt.precedence_graph(system, job.spec.loop_chunks)
+        designs = {name: rt.thread_design(g, name) for name in rt.DESIGNS}
+        chains = designs["chains"].graph
+        out.append(Activity(rt.volume(g), {name: rt.critical_path(d.graph) for name, d in designs.items()},
+                            tuple(rt.simulate(chains, k).makespan for k in range(1, max(job.processors) + 1)),
+                            float(share)))
+    return out
+
+
+def simulated_worst_ratio(schedule: rt.FederatedSchedule, activities: dict[str, Activity]) -> float:
+    """Largest simulated response over the analytical bound in a federated schedule of chain-based designs.
+
+    Heavy activities run alone on their dedicated processors (their first
+    activation is their worst); each processor of light activities is
+    simulated with preemptive fixed priorities from a synchronous release up
+    to its longest period.
+    """
+    ratios = [activities[name].makespan[n - 1] / schedule.bounds[name] for name, n in schedule.dedicated.items()]
+    for core in schedule.partitions:
+        worst = rt.simulate_fixed_priority(core, max(t.period for t in core))
+        ratios += [worst[t.name] / schedule.bounds[t.name] for t in core]
+    return max(ratios)
+
+
+def _task_set_job(job: TaskSetJob) -> list[TaskSetResult]:
+    activities = draw_activities(job)
+    names = [f"activity{i}" for i in range(len(activities))]
+    by_name = dict(zip(names, activities))
+    out = []
+    for m in job.processors:
+        for u in job.utilisations:
+            periods = [a.volume / (a.share * u * m) for a in activities]
+            heavy = sum(a.volume > p for a, p in zip(activities, periods))
+            for design in rt.DESIGNS:
+                tasks = [rt.DagTask(nm, a.volume, a.critical_path[design], p, p)
+                         for nm, a, p in zip(names, activities, periods)]
+                schedule = rt.federated_schedule(tasks, m)
+                ratio = np.nan
+                if design == "chains" and schedule.schedulable:
+                    ratio = simulated_worst_ratio(schedule, by_name)
+                out.append(TaskSetResult(job.seed, job.index, m, u, design, "analysis", heavy, schedule.schedulable,
+                                         ratio))
+            sized = [rt.DagTask(nm, a.volume, a.critical_path["chains"], p, p)
+                     for nm, a, p in zip(names, activities, periods)]
+            out.append(TaskSetResult(job.seed, job.index, m, u, "chains", "simulation", heavy,
+                                     simulation_sized(sized, by_name, m), np.nan))
+    return out
+
+
+def simulation_sized(tasks: list[rt.DagTask], activities: dict[str, Activity], processors: int) -> bool:
+    """Federated scheduling with each heavy activity given the fewest processors its simulated response needs.
+
+    Light activities are partitioned as in :func:`repro.misc.realtime.federated_schedule`
+    (the response-time analysis is exact for them, so simulation would admit the same sets).
+    """
+    need = 0
+    for t in tasks:
+        if t.heavy:
+            fits = [k + 1 for k, span in enumerate(activities[t.name].makespan) if span <= t.deadline * (1 + 1e-12)]
+            if not fits:
+                return False
+            need += fits[0]
+    light = [rt.PeriodicTask(t.name, t.volume, t.period, t.deadline) for t in tasks if not t.heavy]
+    left = processors - need
+    if left < 0 or (light and left == 0):
+        return False
+    return rt.partition_first_fit(light, left) is not None
+
+
+def federated_sweep(spec: ModelSpec, seeds: list[int], task_sets: int, activities: int, processors: list[int],
+                    utilisations: list[float], workers: int = 1) -> pd.DataFrame:
+    """Judge ``task_sets`` random sets of ``activities`` periodic activities per seed; one row per set, m, U, design, method.
+
+    A set at utilisation ``U`` on ``m`` processors has total utilisation
+    ``U m``, split over its activities by a uniform draw from the simplex
+    (UUniFast's distribution, drawn as a flat Dirichlet); activity ``i`` has
+    period and deadline ``T_i = C_i / u_i``.
+    """
+    jobs = [TaskSetJob(s, i, spec, activities, tuple(processors), tuple(utilisations))
+            for s in seeds for i in range(task_sets)]
+    rows = [r for res in parallel_map(_task_set_job, jobs, workers=workers, desc="task sets") for r in res]
+    return pd.DataFrame([r.__dict__ for r in rows])
+
+
 def case_study(name: str, processors: list[int], loop_chunks: int, seeds: list[int], instances: int,
                low_fraction: float) -> pd.DataFrame:
     """The hand-built case study analysed for every seed (seeds vary the actual execution times)."""
@@ -158,10 +323,12 @@ def case_study(name: str, processors: list[int], loop_chunks: int, seeds: list[i
     return pd.DataFrame([r.__dict__ for r in rows])
 
 
-def claims(results: pd.DataFrame, sched: pd.DataFrame, case: pd.DataFrame, seeds: list[int]
-           ) -> dict[str, list[float]]:
+def claims(results: pd.DataFrame, sched: pd.DataFrame, case: pd.DataFrame, federated: pd.DataFrame,
+           seeds: list[int]) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims (see its registry file)."""
     sim = sched[sched.method == "simulation"]
+    federated_chains = federated[federated.design == "chains"]
+    share = federated_chains.groupby(["seed", "method"]).schedulable.mean().unstack()
 
     def gain(seed: int, other: str) -> float:
         s = sim[sim.seed == seed]
@@ -179,6 +346,10 @@ def claims(results: pd.DataFrame, sched: pd.DataFrame, case: pd.DataFrame, seeds
                                            / chains[chains.seed == s].bound).mean()) for s in seeds],
         "case_speedup": [float((case_chains[case_chains.seed == s].volume / case_chains[case_chains.seed == s].sim_max
                                 ).iloc[0]) for s in seeds],
+        "rta_safe": [float(np.nanmax(federated_chains[federated_chains.seed == s].worst_ratio.to_numpy(),
+                                                initial=0.0)) - 1.0
+                     for s in seeds],
+        "federated_tightness": [float(100.0 * (share.loc[s, "simulation"] - share.loc[s, "analysis"])) for s in seeds],
     }
 
 
@@ -186,15 +357,36 @@ def schedulability_figure(sched: pd.DataFrame) -> plt.Figure:
     """Schedulable share against utilisation, one panel per processor count (solid: simulation, dashed: analysis)."""
     ms = sorted(sched.m.unique())
     fig, axes = plt.subplots(1, len(ms), figsize=(4 * len(ms), 3.4), sharey=True, squeeze=False)
-    colours = dict(zip(rt.DESIGNS, ("tab:grey", "tab:orange", "tab:blue")))
     mean = sched.groupby(["design", "m", "utilisation", "method"]).ratio.mean().reset_index()
     for ax, m in zip(axes[0], ms):
         for (design, method), grp in mean[mean.m == m].groupby(["design", "method"]):
-            ax.plot(grp.utilisation, grp.ratio, LINESTYLE[method], color=colours[design], marker=".",
+            ax.plot(grp.utilisation, grp.ratio, LINESTYLE[method], color=DESIGN_COLOURS[design], marker=".",
                     label=f"{design} ({method})")
         ax.set_title(f"m = {m} processors")
         ax.set_xlabel("utilisation C / (m T)")
     axes[0][0].set_ylabel("schedulable share of models")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def federated_figure(federated: pd.DataFrame) -> plt.Figure:
+    """Schedulable share of task sets against total utilisation / m, one panel per processor count.
+
+    Dashed: federated scheduling judged by the analysis (Graham's bound for
+    heavy activities, response-time analysis for light ones), per design;
+    solid: the chain-based design with heavy activities sized by simulation.
+    """
+    ms = sorted(federated.m.unique())
+    fig, axes = plt.subplots(1, len(ms), figsize=(4 * len(ms), 3.4), sharey=True, squeeze=False)
+    mean = federated.groupby(["design", "method", "m", "utilisation"]).schedulable.mean().reset_index()
+    for ax, m in zip(axes[0], ms):
+        for (design, method), grp in mean[mean.m == m].groupby(["design", "method"]):
+            ax.plot(grp.utilisation, grp.schedulable, LINESTYLE[method], color=DESIGN_COLOURS[design],
+                    marker="x" if method == "analysis" else ".", alpha=0.7, label=f"{design} ({method})")
+        ax.set_title(f"m = {m} processors")
+        ax.set_xlabel("total utilisation / m")
+    axes[0][0].set_ylabel("schedulable share of task sets")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     return fig
