@@ -3,7 +3,8 @@
 Every federated chapter compares methods over seeds.  :class:`FederatedRun`
 holds what all such runs share (method, task, local training, rounds, seed,
 clients per round, evaluation period, engine); a chapter subclasses it with
-its own fields and names its methods.  :meth:`FederatedRun.simulate` runs a
+its own fields and names its methods and the hyper-parameters its sweep
+tunes (see :mod:`repro.federated.tuning`).  :meth:`FederatedRun.simulate` runs a
 strategy against a client app with the run's initial model, central
 evaluation and schedule; :func:`execute` runs many runs in worker processes
 (one at a time on an engine that spreads itself); :func:`summary_record` and
@@ -56,6 +57,8 @@ class FederatedRun:
 
     methods: ClassVar[tuple[str, ...]] = ()
     """The methods a subclass runs."""
+    tuned: ClassVar[dict[str, str]] = {}
+    """The methods whose hyper-parameter a sweep tunes over a grid, and the field that holds it."""
 
     def __post_init__(self) -> None:
         if self.method not in self.methods:
@@ -65,6 +68,11 @@ class FederatedRun:
     def clients_per_round(self) -> int:
         """``active_clients``, or every client when it is ``None``."""
         return self.spec.num_clients if self.active_clients is None else self.active_clients
+
+    @property
+    def setting(self) -> float:
+        """The value of this run's tuned hyper-parameter (:attr:`tuned`), NaN for a method that is not tuned."""
+        return float(getattr(self, self.tuned[self.method])) if self.method in self.tuned else float("nan")
 
     @property
     def local(self) -> dict[str, float | int]:
@@ -85,8 +93,8 @@ def execute(run: Callable[[R], dict[str, Any]], jobs: Sequence[R], workers: int,
 
 
 def summary_record(job: FederatedRun, summary: RunSummary, **extra: Any) -> dict[str, Any]:
-    """A run's record: ``method, seed``, the summary's accuracies, spread and ``curve``, then ``extra``."""
-    return {"method": job.method, "seed": job.seed, "accuracy": summary.accuracy,
+    """A run's record: ``method, setting, seed``, the summary's accuracies, spread and ``curve``, then ``extra``."""
+    return {"method": job.method, "setting": job.setting, "seed": job.seed, "accuracy": summary.accuracy,
             "budget_accuracy": summary.budget_accuracy, "client_acc_std": summary.client_acc_std,
             "curve": list(summary.curve), **extra}
 

@@ -67,6 +67,7 @@ class SafaRun(FederatedRun):
     feddyn_alpha: float = FEDDYN_ALPHA
 
     methods: ClassVar[tuple[str, ...]] = METHODS
+    tuned: ClassVar[dict[str, str]] = TUNED
 
 
 def strategy(job: SafaRun) -> SeededFedAvg:
@@ -85,18 +86,12 @@ def strategy(job: SafaRun) -> SeededFedAvg:
     return SAFA(k, local, seed=job.seed, lam=job.lam, mix=job.mix, period=job.period)
 
 
-def setting(job: SafaRun) -> float:
-    """The value of ``job``'s tuned hyperparameter (:data:`TUNED`), NaN for methods that are not tuned."""
-    return float(getattr(job, TUNED[job.method])) if job.method in TUNED else float("nan")
-
-
 def run(job: SafaRun) -> dict:
-    """One run's record: :func:`repro.federated.runs.summary_record`'s fields plus ``setting`` and ``alpha``."""
+    """One run's record: :func:`repro.federated.runs.summary_record`'s fields plus the split's ``alpha``."""
     run_config = {"seed": job.seed}
     makers = {"feddyn": make_feddyn_client_app, "scaffold": make_scaffold_client_app}
     app = makers.get(job.method, make_regularised_client_app)(job.spec, run_config)
-    return summary_record(job, RunSummary.of(job.simulate(strategy(job), app)), setting=setting(job),
-                          alpha=job.spec.alpha)
+    return summary_record(job, RunSummary.of(job.simulate(strategy(job), app)), alpha=job.spec.alpha)
 
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, seeds: list[int], lam: float,
