@@ -76,3 +76,26 @@ def test_deterministic_by_seed():
     c = partition.dirichlet(LABELS, 8, 0.3, seed=8)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def test_sparse_and_scarce_reports_or_refuses_classes_it_would_cap():
+    # usage 1 asks for about 1.1 |D| samples in all: some class must run short
+    plan = partition.sparse_and_scarce_counts(LABELS, 30, usage=1.0, alpha=0.1, seed=0)
+    assert plan.capped, "the plan must ask for more of some class than it has, or this test proves nothing"
+    for c, lost in plan.capped.items():
+        assert plan.counts[:, c].sum() == 300  # a capped class uses its whole pool, no more
+        assert plan.planned[:, c].sum() - plan.counts[:, c].sum() == lost
+    uncapped = [c for c in range(10) if c not in plan.capped]
+    assert np.array_equal(plan.counts[:, uncapped], plan.planned[:, uncapped])
+    with pytest.warns(UserWarning, match=r"usage=1 .*classes .* capped"):
+        parts = partition.sparse_and_scarce(LABELS, 30, usage=1.0, alpha=0.1, seed=0)
+    assert np.array_equal(partition.label_histogram(LABELS, parts, 10), plan.counts)
+    with pytest.raises(ValueError, match=r"parameter 'usage' \(1\) asks for more samples of classes"):
+        partition.sparse_and_scarce_counts(LABELS, 30, usage=1.0, alpha=0.1, seed=0, on_shortage="raise")
+    with pytest.raises(ValueError, match="on_shortage"):
+        partition.sparse_and_scarce_counts(LABELS, 30, on_shortage="resample")
+
+
+def test_sparse_and_scarce_that_fits_the_pool_is_neither_capped_nor_refused():
+    plan = partition.sparse_and_scarce_counts(LABELS, 30, usage=0.2, alpha=0.5, seed=0, on_shortage="raise")
+    assert plan.capped == {} and np.array_equal(plan.planned, plan.counts)

@@ -7,6 +7,7 @@ every sample exactly once.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -120,6 +121,29 @@ def _largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class HistogramPlan:
+    """A planned label histogram and what the pool of samples allowed of it.
+
+    Attributes
+    ----------
+    planned
+        ``(clients, classes)`` counts as drawn from the partitioner's law.
+    counts
+        The counts the split holds: ``planned`` with every class that asks for more samples than the pool
+        has scaled down to the pool (largest-remainder rounding); equal to ``planned`` when nothing is short.
+    """
+
+    planned: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def capped(self) -> dict[int, int]:
+        """Classes that were scaled down, and how many samples of each the plan lost."""
+        lost = self.planned.sum(0) - self.counts.sum(0)
+        return {int(c): int(lost[c]) for c in np.flatnonzero(lost)}
+
+
 def _cap_to_pool(counts: np.ndarray, available: np.ndarray) -> np.ndarray:
     """Scale down each class's column of ``counts`` that asks for more samples than the pool holds."""
     counts = counts.copy()
@@ -170,15 +194,19 @@ def draw_histogram(labels: np.ndarray, counts: np.ndarray, seed: int = 0, resamp
 
 
 def sparse_and_scarce_counts(labels: np.ndarray, num_clients: int, usage: float = 0.1, alpha: float = 0.1,
-                             beta: float = 2000.0, seed: int = 0) -> np.ndarray:
-    """Label histogram of SAFA's sparse-and-scarce split, shape ``(clients, classes)``.
+                             beta: float = 2000.0, seed: int = 0, on_shortage: str = "cap") -> HistogramPlan:
+    """Label histogram of SAFA's sparse-and-scarce split, shape ``(clients, classes)``, and what was capped.
 
     Client ``i`` gets a volume ``0.1 u |D| / N + floor(q_i u |D|)`` with
     ``q ~ Dir(beta 1_N)`` (large ``beta``: near-equal volumes) and label
     proportions ``p_i ~ Dir(alpha 1_C)`` (small ``alpha``: few classes, i.e.
     sparse); its count of class ``c`` is ``floor(p_ic * volume_i)``.  Small
-    ``u`` makes every client's data scarce.  Classes asked for more samples
-    than they have are scaled down; every client keeps at least one sample.
+    ``u`` makes every client's data scarce.  Every client keeps at least one
+    sample.  The volumes add up to about ``1.1 u |D|``, so with ``u`` near 1
+    some classes are asked for more samples than they have: with
+    ``on_shortage="cap"`` those are scaled down to the pool and the returned
+    plan says which and by how much (:attr:`HistogramPlan.capped`); with
+    ``"raise"`` the split refuses.
 
     Parameters
     ----------
@@ -194,9 +222,24 @@ def sparse_and_scarce_counts(labels: np.ndarray, num_clients: int, usage: float 
         Volume concentration (> 0).
     seed
         Seed of the Dirichlet draws.
+    on_shortage
+        ``cap`` or ``raise`` (see above).
+
+    Returns
+    -------
+    HistogramPlan
+        The planned and the realised counts.
+
+    Raises
+    ------
+    ValueError
+        On parameters out of range, or with ``on_shortage="raise"`` when a class is asked for more samples
+        than it has (the message names ``usage``, the classes and the shortfall).
     """
     labels = np.asarray(labels)
     _check(num_clients, len(labels))
+    if on_shortage not in ("cap", "raise"):
+        raise ValueError(f"on_shortage must be 'cap' or 'raise', got {on_shortage!r}")
     if not 0.0 < usage <= 1.0:
         raise ValueError(f"usage must lie in (0, 1], got {usage}")
     if alpha <= 0 or beta <= 0:
@@ -209,14 +252,27 @@ def sparse_and_scarce_counts(labels: np.ndarray, num_clients: int, usage: float 
     counts = np.floor(props * volume[:, None]).astype(np.int64)
     empty = counts.sum(1) == 0
     counts[empty, props[empty].argmax(1)] = 1
-    return _cap_to_pool(counts, np.bincount(labels, minlength=classes))
+    short = shortages(labels, counts)
+    if short and on_shortage == "raise":
+        raise ValueError(f"parameter 'usage' ({usage:g}) asks for more samples of classes {sorted(short)} than they "
+                         f"have (short by {[short[c] for c in sorted(short)]}); lower usage, or let the split cap "
+                         "them with on_shortage='cap'")
+    return HistogramPlan(planned=counts, counts=_cap_to_pool(counts, np.bincount(labels, minlength=classes)))
 
 
 def sparse_and_scarce(labels: np.ndarray, num_clients: int, usage: float = 0.1, alpha: float = 0.1,
-                      beta: float = 2000.0, seed: int = 0) -> list[np.ndarray]:
-    """SAFA's sparse-and-scarce split: draws :func:`sparse_and_scarce_counts` from the samples."""
-    counts = sparse_and_scarce_counts(labels, num_clients, usage, alpha, beta, seed)
-    return draw_histogram(labels, counts, seed=seed + 1)
+                      beta: float = 2000.0, seed: int = 0, on_shortage: str = "cap") -> list[np.ndarray]:
+    """SAFA's sparse-and-scarce split: draws :func:`sparse_and_scarce_counts` from the samples.
+
+    A capped class (``on_shortage="cap"``) is reported in a warning naming the classes and the samples the
+    plan lost; ``"raise"`` refuses instead.
+    """
+    plan = sparse_and_scarce_counts(labels, num_clients, usage, alpha, beta, seed, on_shortage)
+    if plan.capped:
+        warnings.warn(f"sparse_and_scarce: usage={usage:g} asks for more samples of classes {sorted(plan.capped)} "
+                      f"than they have; they are capped to the pool ({sum(plan.capped.values())} planned samples "
+                      "dropped)", stacklevel=2)
+    return draw_histogram(labels, plan.counts, seed=seed + 1)
 
 
 def sparsity(hist: np.ndarray) -> float:

@@ -16,7 +16,7 @@ def _disjoint(parts):
 
 
 def test_sparse_and_scarce_histogram_is_its_target_and_is_sparse_and_scarce():
-    counts = P.sparse_and_scarce_counts(LABELS, 100, usage=0.3, alpha=0.1, beta=2000.0, seed=1)
+    counts = P.sparse_and_scarce_counts(LABELS, 100, usage=0.3, alpha=0.1, beta=2000.0, seed=1).counts
     parts = P.sparse_and_scarce(LABELS, 100, usage=0.3, alpha=0.1, beta=2000.0, seed=1)
     hist = P.label_histogram(LABELS, parts, 10)
     assert np.array_equal(hist, counts)
@@ -33,8 +33,8 @@ def test_sparse_and_scarce_responds_to_alpha_and_usage():
     dense = P.label_histogram(LABELS, P.sparse_and_scarce(LABELS, 50, usage=0.5, alpha=100.0, seed=2), 10)
     sparse = P.label_histogram(LABELS, P.sparse_and_scarce(LABELS, 50, usage=0.5, alpha=0.05, seed=2), 10)
     assert P.sparsity(dense) < 0.05 < 0.6 < P.sparsity(sparse)
-    small = P.sparse_and_scarce_counts(LABELS, 50, usage=0.05, seed=3).sum(1)
-    large = P.sparse_and_scarce_counts(LABELS, 50, usage=0.5, seed=3).sum(1)
+    small = P.sparse_and_scarce_counts(LABELS, 50, usage=0.05, seed=3).counts.sum(1)
+    large = P.sparse_and_scarce_counts(LABELS, 50, usage=0.5, seed=3).counts.sum(1)
     assert small.mean() < 0.2 * large.mean()
     with pytest.raises(ValueError, match="usage"):
         P.sparse_and_scarce_counts(LABELS, 10, usage=0.0)
