@@ -116,3 +116,22 @@ def test_mpi_step_equals_the_single_process_step(ranks):
     rep = km.run_lloyd_mpi(ranks, n, d, k, seed, km.BASELINE, steps=steps, repeats=1)
     assert rep.ranks == ranks
     np.testing.assert_allclose(np.asarray(rep.centroids), centroids, rtol=0, atol=1e-9)
+
+
+def test_allreduce_model_counts_recursive_doubling_rounds():
+    assert km.allreduce_model_seconds(1, 1e6, 1e-3, 1e9) == 0.0
+    assert km.allreduce_model_seconds(2, 1e6, 1e-3, 1e9) == pytest.approx(1e-3 + 1e-3)
+    assert km.allreduce_model_seconds(5, 1e6, 1e-3, 1e9) == pytest.approx(3 * 2e-3)  # ceil(log2 5) = 3
+    with pytest.raises(ValueError):
+        km.allreduce_model_seconds(0, 1.0, 1.0, 1.0)
+
+
+def test_strong_scaling_model_divides_the_work_and_pays_the_allreduce():
+    one = km.strong_scaling_seconds(1e-6, 10**6, 1, 16, 64, 1e-4, 1e9)
+    assert one == pytest.approx(1.0)
+    four = km.strong_scaling_seconds(1e-6, 10**6, 4, 16, 64, 1e-4, 1e9)
+    comm = 2 * (2 * 1e-4) + 2 * (8 * 16 * 64 + 8 * 16) / 1e9
+    assert four == pytest.approx(0.25 + comm)
+    # with a large latency, more ranks eventually cost more than they save
+    times = [km.strong_scaling_seconds(1e-6, 10**6, p, 16, 64, 1e-2, 1e9) for p in (1, 16, 4096)]
+    assert times[1] < times[0] and times[2] > times[1]

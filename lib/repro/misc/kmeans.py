@@ -523,6 +523,43 @@ def modelled_improvement(host_seconds: float, host_baseline_seconds: float, vari
 # Scale-out: one Lloyd step per rank on its slice of the points, Allreduce of sums and counts.
 
 
+def allreduce_model_seconds(ranks: int, payload_bytes: float, latency: float, bandwidth: float) -> float:
+    """Modelled time of one ``Allreduce`` by recursive doubling: ``ceil(log2 P) (alpha + bytes / beta)``.
+
+    Parameters
+    ----------
+    ranks
+        ``P``; one rank costs nothing.
+    payload_bytes
+        Bytes reduced.
+    latency
+        ``alpha``, seconds per message round.
+    bandwidth
+        ``beta``, bytes per second of one link.
+
+    Returns
+    -------
+    float
+    """
+    if ranks < 1:
+        raise ValueError(f"ranks must be >= 1, got {ranks}")
+    rounds = math.ceil(math.log2(ranks)) if ranks > 1 else 0
+    return rounds * (latency + payload_bytes / bandwidth)
+
+
+def strong_scaling_seconds(seconds_per_point: float, n: int, ranks: int, k: int, d: int, latency: float,
+                           bandwidth: float) -> float:
+    """Modelled time of one distributed Lloyd step (:func:`lloyd_step_mpi`) on ``ranks`` ranks.
+
+    ``n / P`` points per rank at ``seconds_per_point`` each, then the two
+    float64 ``Allreduce`` calls of the step (``K*D`` sums, ``K`` counts),
+    each by :func:`allreduce_model_seconds`.
+    """
+    compute = seconds_per_point * n / ranks
+    return (compute + allreduce_model_seconds(ranks, 8.0 * k * d, latency, bandwidth)
+            + allreduce_model_seconds(ranks, 8.0 * k, latency, bandwidth))
+
+
 def rank_slice(n: int, rank: int, size: int) -> slice:
     """The contiguous block of ``n`` points owned by ``rank`` of ``size``."""
     per, extra = divmod(n, size)

@@ -1,0 +1,47 @@
+"""The kmeans-phi chapter's scale-out extrapolation and measured speed-up, on hand-made timings."""
+
+from __future__ import annotations
+
+import pytest
+
+from repro.misc import kmeans as km
+from repro.misc.chapters import kmeans_phi as chapter
+
+CFG = chapter.SweepConfig(n=1000, ks=(16,), dims_aligned=(8, 64), dims_unaligned=(9,), repeats=1, lanes=4, threads=1)
+MODEL = chapter.ModelConstants(target_lanes=16, reduce_cost=4.0)
+
+
+def _result(base: float, optimised: float) -> chapter.SweepResult:
+    timings = [chapter.TimingRecord(0, 64, 16, True, km.BASELINE.label, base),
+               chapter.TimingRecord(0, 64, 16, True, chapter.OPTIMISED.label, optimised)]
+    return chapter.SweepResult(tuple(timings), ())
+
+
+def _scale(latency: float, ranks: int) -> chapter.ScaleOutModel:
+    return chapter.ScaleOutModel(n=10**8, node_cores=68, latency=latency, bandwidth=1e10, ranks=ranks)
+
+
+def test_on_one_node_the_gain_is_the_single_node_model():
+    result = _result(1e-2, 5e-3)
+    single = km.modelled_improvement(5e-3, 1e-2, chapter.OPTIMISED, 64, CFG.lanes, 16, 4.0)
+    assert chapter.scale_out_gain(result, CFG, MODEL, _scale(1e-3, 1), 0) == pytest.approx(single)
+
+
+def test_the_allreduce_dilutes_the_gain_as_latency_and_ranks_grow():
+    result = _result(1e-2, 5e-3)
+    gains = [chapter.scale_out_gain(result, CFG, MODEL, _scale(a, 4096), 0) for a in (0.0, 1e-5, 1e-3, 1e-1)]
+    assert gains[0] > gains[1] > gains[2] > gains[3] > 0.0
+    assert gains[3] < 0.05 * gains[0]
+    grid = chapter.scale_out_sweep(result, CFG, MODEL, _scale(1e-4, 1), [1, 64, 4096], [1e-4], [0])
+    assert list(grid.gain) == sorted(grid.gain, reverse=True)
+
+
+def test_a_slower_optimised_kernel_gives_a_negative_gain():
+    assert chapter.scale_out_gain(_result(1e-2, 5e-2), CFG, MODEL, _scale(2e-6, 1024), 0) < 0.0
+
+
+def test_host_speedup_is_fewest_over_most_ranks():
+    runs = [chapter.MPIRecord(0, 2, 0.0, 0.6, 0.01), chapter.MPIRecord(0, 1, 0.0, 1.0, 0.0),
+            chapter.MPIRecord(1, 1, 0.0, 1.0, 0.0), chapter.MPIRecord(1, 2, 0.0, 1.25, 0.01)]
+    assert chapter.host_speedup(runs, 0) == pytest.approx(1.0 / 0.6)
+    assert chapter.host_speedup(runs, 1) == pytest.approx(0.8)
