@@ -79,7 +79,10 @@ def set_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
         arr = np.asarray(v)
         if arr.size != state[k].numel():
             raise ValueError(f"parameter {k!r}: got {arr.size} values for shape {tuple(state[k].shape)}")
-        state[k].copy_(torch.from_numpy(arr.reshape(state[k].shape)))
+        if state[k].device.type == "cpu":  # numpy copies in place, read-only sources included
+            np.copyto(state[k].numpy(), arr.reshape(state[k].shape), casting="same_kind")
+        else:
+            state[k].copy_(torch.from_numpy(np.array(arr).reshape(state[k].shape)))
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:

@@ -28,6 +28,7 @@ Other message keys:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -149,7 +150,9 @@ def local_sgd(
     """
     dev = resolve_device(device)
     gen = np.random.default_rng(seed)
-    model.to(dev)
+    on_cpu = dev.type == "cpu"
+    if not on_cpu:
+        model.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     model.train()
@@ -167,7 +170,8 @@ def local_sgd(
             opt.step()
             total += ce.item()
     finally:
-        model.to("cpu")
+        if not on_cpu:
+            model.to("cpu")
     return total / max(steps, 1)
 
 
@@ -236,6 +240,34 @@ def from_arrayrecord(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in record.items()}
 
 
+_BROADCASTS: OrderedDict[int, tuple[ArrayRecord, dict[str, np.ndarray]]] = OrderedDict()
+BROADCAST_CACHE = 4
+"""How many received ``ArrayRecord`` objects :func:`decode_broadcast` keeps decoded."""
+
+
+def decode_broadcast(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """:func:`from_arrayrecord` for a record the server sent, decoded once however many clients receive it.
+
+    Flower's strategies put one ``ArrayRecord`` object into every message of a
+    round; the in-process grid hands that very object to each client, so it
+    is decoded once and its arrays shared (read-only: a handler that tried to
+    change them in place would raise).  Under Ray or a deployment every client
+    gets its own copy and this is plain :func:`from_arrayrecord`.
+    """
+    key = id(record)
+    hit = _BROADCASTS.get(key)
+    if hit is not None and hit[0] is record:
+        _BROADCASTS.move_to_end(key)
+        return dict(hit[1])
+    arrays = from_arrayrecord(record)
+    for v in arrays.values():
+        v.flags.writeable = False
+    _BROADCASTS[key] = (record, arrays)  # the record is held, so its id is not reused while cached
+    while len(_BROADCASTS) > BROADCAST_CACHE:
+        _BROADCASTS.popitem(last=False)
+    return dict(arrays)
+
+
 # ----- one client round: prologue and epilogue ------------------------------------------
 @dataclass(frozen=True)
 class ClientRound:
@@ -277,7 +309,7 @@ def begin_round(spec: TaskSpec, msg: Message, context: Context, data: DataFn = c
     torch.set_num_threads(1)  # the same float results in every engine
     pid = int(context.node_config["partition-id"])
     cfg: ConfigRecord = msg.content["config"]
-    received = from_arrayrecord(msg.content["arrays"])
+    received = decode_broadcast(msg.content["arrays"])
     model = work_model(spec)
     names = list(model.state_dict())
     missing = [k for k in names if k not in received]
@@ -288,6 +320,22 @@ def begin_round(spec: TaskSpec, msg: Message, context: Context, data: DataFn = c
         set_weights(model, {k: local[k].numpy() for k in missing})
     set_weights(model, {k: v for k, v in received.items() if k in names})
     x, y = data(spec, pid)
+    return ClientRound(pid, cfg, received, model, x, y, LocalSettings.read(cfg, context, pid))
+
+
+def own_model_round(model: torch.nn.Module, msg: Message, context: Context,
+                    data: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> ClientRound:
+    """:func:`begin_round` for a handler that brings its own model (not one built from a ``TaskSpec``).
+
+    Every received array is loaded into ``model`` (the server sends the
+    whole model); ``data`` maps the partition id to the client's training arrays.
+    """
+    torch.set_num_threads(1)  # the same float results in every engine
+    pid = int(context.node_config["partition-id"])
+    cfg: ConfigRecord = msg.content["config"]
+    received = from_arrayrecord(msg.content["arrays"])
+    set_weights(model, received)
+    x, y = data(pid)
     return ClientRound(pid, cfg, received, model, x, y, LocalSettings.read(cfg, context, pid))
 
 
