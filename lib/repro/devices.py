@@ -85,3 +85,19 @@ def resolve_device(value: str) -> torch.device:
     if value == "auto":
         value = "cuda" if cuda_available() else "cpu"
     return torch.device(value)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the kernels queued on ``device`` (CUDA runs them asynchronously); a no-op on the CPU.
+
+    Call it before reading a clock around GPU work, so that the time covers the work itself.
+
+    Parameters
+    ----------
+    device
+        The device the timed work ran on.
+    """
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

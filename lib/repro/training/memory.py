@@ -27,31 +27,36 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from repro.devices import synchronize
+
 POLICIES = ("keep", "swap", "recompute")
 
 
 class HostStore:
-    """Swapped tensors kept as copies in ordinary (host) memory; counts the bytes moved each way."""
+    """Swapped tensors kept as copies in ordinary (host) memory; counts the bytes moved each way.
+
+    A tensor from a GPU is copied to the host and returned to its device by :meth:`get`.
+    """
 
     def __init__(self) -> None:
-        self._data: dict[int, torch.Tensor] = {}
+        self._data: dict[int, tuple[torch.Tensor, torch.device]] = {}
         self._next = 0
         self.bytes_out = 0
         self.bytes_in = 0
 
     def put(self, t: torch.Tensor) -> int:
-        """Store a copy of ``t``; returns its key."""
+        """Store a host copy of ``t``; returns its key."""
         key = self._next
         self._next += 1
-        self._data[key] = t.detach().clone()
+        self._data[key] = (t.detach().to("cpu", copy=True), t.device)
         self.bytes_out += t.numel() * t.element_size()
         return key
 
     def get(self, key: int) -> torch.Tensor:
-        """Return (and forget) the tensor stored under ``key``."""
-        t = self._data.pop(key)
+        """Return (and forget) the tensor stored under ``key``, on the device it came from."""
+        t, device = self._data.pop(key)
         self.bytes_in += t.numel() * t.element_size()
-        return t
+        return t.to(device)
 
 
 class DiskStore(HostStore):
@@ -61,26 +66,26 @@ class DiskStore(HostStore):
         super().__init__()
         self._tmp = tempfile.TemporaryDirectory() if folder is None else None
         self.folder = Path(folder if folder is not None else self._tmp.name)
-        self._meta: dict[int, tuple[torch.dtype, tuple[int, ...]]] = {}
+        self._meta: dict[int, tuple[torch.dtype, tuple[int, ...], torch.device]] = {}
 
     def put(self, t: torch.Tensor) -> int:
-        """Write ``t`` to a file; returns its key."""
+        """Write ``t`` to a file (through host memory); returns its key."""
         key = self._next
         self._next += 1
-        a = t.detach().contiguous().numpy()
+        a = t.detach().contiguous().cpu().numpy()
         a.tofile(self.folder / f"{key}.bin")
-        self._meta[key] = (t.dtype, tuple(t.shape))
+        self._meta[key] = (t.dtype, tuple(t.shape), t.device)
         self.bytes_out += a.nbytes
         return key
 
     def get(self, key: int) -> torch.Tensor:
-        """Read the tensor stored under ``key`` back from its file (and delete the file)."""
-        dtype, shape = self._meta.pop(key)
+        """Read the tensor stored under ``key`` back from its file onto its device (and delete the file)."""
+        dtype, shape, device = self._meta.pop(key)
         path = self.folder / f"{key}.bin"
         a = np.fromfile(path, dtype=torch.empty(0, dtype=dtype).numpy().dtype).reshape(shape)
         path.unlink()
         self.bytes_in += a.nbytes
-        return torch.from_numpy(a)
+        return torch.from_numpy(a).to(device)
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,7 @@ def profile_chain(model: nn.Sequential, x: torch.Tensor, repeats: int = 5) -> li
     Returns
     -------
     list of BlockProfile
-        One per block, input side first.
+        One per block, input side first.  On a GPU each clock reading waits for the queued kernels.
     """
     acct = Accountant(model)
     with acct.watch():
@@ -227,12 +232,16 @@ def profile_chain(model: nn.Sequential, x: torch.Tensor, repeats: int = 5) -> li
         inp = h.clone().requires_grad_(True)
         fwd, bwd = [], []
         for r in range(repeats + 1):
+            synchronize(x.device)
             t0 = time.perf_counter()
             y = block(inp)
+            synchronize(x.device)
             t1 = time.perf_counter()
             grad = torch.ones_like(y)
+            synchronize(x.device)
             t2 = time.perf_counter()
             torch.autograd.backward(y, grad)
+            synchronize(x.device)
             t3 = time.perf_counter()
             if r:
                 fwd.append(t1 - t0)

@@ -15,6 +15,11 @@ differentiated.  Three ways to do the same update on ``torch.distributed``:
   then one blocking allreduce per tensor);
 - torch's own ``DistributedDataParallel`` (bucketed, overlapped), the modern
   descendant of the idea and the reference implementation.
+
+The ranks compute on :attr:`TimingJob.device`; the process group stays gloo
+(which reduces CUDA tensors through host memory), because NCCL refuses two
+ranks on one GPU, the case of a single-GPU machine.  Batches and initial
+weights are drawn on the CPU, so every device starts from the same ones.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from repro.devices import resolve_device, synchronize
 from repro.training.launcher import RankContext
 
 
@@ -128,6 +134,8 @@ class TimingJob:
         SGD learning rate.
     ddp_bucket_mb
         ``DistributedDataParallel``'s bucket size.
+    device
+        Where the ranks compute: ``cpu``, ``cuda`` or ``auto``.
     """
 
     seeds: tuple[int, ...]
@@ -139,6 +147,7 @@ class TimingJob:
     iterations: int
     lr: float = 0.01
     ddp_bucket_mb: float = 0.25
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -158,6 +167,8 @@ def _train(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, steps:
     engine = OverlapEngine(model) if mode == "overlap" else None
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     messages = 0
+    dev = next(model.parameters()).device
+    synchronize(dev)
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -170,6 +181,7 @@ def _train(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, steps:
             allreduce_after_backward(model)
             messages += sum(1 for p in model.parameters() if p.grad is not None)
         opt.step()
+    synchronize(dev)
     seconds = time.perf_counter() - t0
     if engine is not None:
         engine.remove()
@@ -179,19 +191,20 @@ def _train(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, steps:
 def timing_rank(ctx: RankContext, job: TimingJob) -> list[ModeTiming]:
     """The rank program of the timing study (launch on the ranks with :func:`repro.training.launcher.launch`)."""
     out = []
+    dev = resolve_device(job.device)
     for seed in job.seeds:
         gen = torch.Generator().manual_seed(1000 * seed + ctx.rank)  # each rank its own batch
-        x = torch.randn(job.local_batch, 3, job.image, job.image, generator=gen)
-        y = torch.randint(0, job.num_classes, (job.local_batch,), generator=gen)
+        x = torch.randn(job.local_batch, 3, job.image, job.image, generator=gen).to(dev)
+        y = torch.randint(0, job.num_classes, (job.local_batch,), generator=gen).to(dev)
         k = seed % len(MODES)
         for mode in MODES[k:] + MODES[:k]:
             torch.manual_seed(seed)
-            model = vgg_mini(job.num_classes, job.width_divisor, job.image)
+            model = vgg_mini(job.num_classes, job.width_divisor, job.image).to(dev)
             _train(model, mode, x, y, job.warmup, job.lr, job.ddp_bucket_mb)  # warm-up steps, untimed
             torch.manual_seed(seed)
-            model = vgg_mini(job.num_classes, job.width_divisor, job.image)
+            model = vgg_mini(job.num_classes, job.width_divisor, job.image).to(dev)
             seconds, messages, model = _train(model, mode, x, y, job.iterations, job.lr, job.ddp_bucket_mb)
             out.append(ModeTiming(seed, mode, seconds / job.iterations,
-                                  tuple(p.detach().numpy().copy() for p in model.parameters()),
+                                  tuple(p.detach().cpu().numpy().copy() for p in model.parameters()),
                                   messages / job.iterations))
     return out

@@ -6,7 +6,8 @@ orders an epoch and in optional per-sample loss weights; they share this loop,
 which records each trained sample's loss, prediction accuracy (argmax equals
 label) and prediction confidence (largest softmax probability over the
 classes) from the training forward pass itself, and counts forward and
-backward sample-passes.
+backward sample-passes.  Batches are gathered on the CPU and moved to the
+model's device; the statistics come back as CPU arrays.
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ def _stats(idx: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, losses: tor
     with torch.no_grad():
         prob = F.softmax(logits, dim=1)  # over classes (the released script uses dim=0, over the batch)
         conf, pred = prob.max(dim=1)
-        return SampleStats(idx.numpy(), losses.detach().numpy().astype(np.float64),
-                           (pred == y).numpy(), conf.numpy().astype(np.float64))
+        return SampleStats(idx.numpy(), losses.detach().cpu().numpy().astype(np.float64),
+                           (pred == y).cpu().numpy(), conf.cpu().numpy().astype(np.float64))
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device holding ``model``'s parameters (where its batches must go)."""
+    return next(model.parameters()).device
 
 
 def loader(ds: IndexedDataset, sampler: Sampler, batch_size: int) -> DataLoader:
@@ -81,12 +87,14 @@ def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, ds: IndexedDataset
     for group in opt.param_groups:
         group["lr"] = lr
     model.train()
+    dev = model_device(model)
     parts = []
     for idx, x, y in loader(ds, sampler, batch_size):
+        x, y = x.to(dev), y.to(dev)
         logits = model(x)
         losses = F.cross_entropy(logits, y, reduction="none")
-        loss = losses.mean() if weights is None else (losses * torch.as_tensor(weights[idx.numpy()],
-                                                                              dtype=losses.dtype)).mean()
+        loss = losses.mean() if weights is None else (losses * torch.as_tensor(weights[idx.numpy()], dtype=losses.dtype,
+                                                                              device=dev)).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -98,9 +106,11 @@ def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, ds: IndexedDataset
 def forward_stats(model: nn.Module, ds: IndexedDataset, ids: np.ndarray, batch_size: int = 1024) -> SampleStats:
     """Forward-only statistics of the samples ``ids`` (no update)."""
     model.eval()
+    dev = model_device(model)
     parts = []
     for start in range(0, len(ids), batch_size):
         idx, x, y = ds[ids[start:start + batch_size]]
+        x, y = x.to(dev), y.to(dev)
         logits = model(x)
         parts.append(_stats(idx, logits, y, F.cross_entropy(logits, y, reduction="none")))
     return SampleStats.concat(parts)
@@ -110,4 +120,5 @@ def forward_stats(model: nn.Module, ds: IndexedDataset, ids: np.ndarray, batch_s
 def accuracy(model: nn.Module, ds: IndexedDataset) -> float:
     """Test accuracy (%) of ``model`` on ``ds``."""
     model.eval()
-    return 100.0 * float((model(ds.x).argmax(1) == ds.y).float().mean())
+    dev = model_device(model)
+    return 100.0 * float((model(ds.x.to(dev)).argmax(1) == ds.y.to(dev)).float().mean())

@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import Sampler
 
 from repro.training.data import IndexedDataset
-from repro.training.sample_loop import SampleStats, loader
+from repro.training.sample_loop import SampleStats, loader, model_device
 
 
 @dataclass(frozen=True)
@@ -69,12 +69,13 @@ def selective_epoch(model: nn.Module, opt: torch.optim.Optimizer, ds: IndexedDat
         group["lr"] = lr
     queue: list[int] = []
     parts, fwd, bwd = [], 0, 0
+    dev = model_device(model)
 
     def step(ids: list[int]) -> None:
         nonlocal fwd, bwd
         model.train()
         _, x, y = ds[np.asarray(ids)]
-        loss = F.cross_entropy(model(x), y)
+        loss = F.cross_entropy(model(x.to(dev)), y.to(dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -84,10 +85,10 @@ def selective_epoch(model: nn.Module, opt: torch.optim.Optimizer, ds: IndexedDat
     for idx, x, y in loader(ds, sampler, batch_size):
         model.eval()
         with torch.no_grad():
-            logits = model(x)
-            losses = F.cross_entropy(logits, y, reduction="none")
+            logits = model(x.to(dev))
+            losses = F.cross_entropy(logits, y.to(dev), reduction="none").cpu()
             prob = F.softmax(logits, dim=1)
-            conf, pred = prob.max(1)
+            conf, pred = (t.cpu() for t in prob.max(1))
         fwd += len(idx)
         parts.append(SampleStats(idx.numpy(), losses.numpy().astype(np.float64), (pred == y).numpy(),
                                  conf.numpy().astype(np.float64)))

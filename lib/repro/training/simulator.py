@@ -15,6 +15,8 @@ worker's own batch, and running statistics per worker (evaluation uses worker
 in place, which is why the stack is written out here.  Because SGD with
 momentum and weight decay acts element by element, one
 ``torch.optim.SGD`` over the stacked tensors is G independent optimisers.
+The bank computes wherever it was moved (``bank.to(device)``): batches are
+moved to it, and :meth:`ReplicaBank.group_state` returns CPU arrays.
 """
 
 from __future__ import annotations
@@ -140,9 +142,14 @@ class ReplicaBank(nn.Module):
                 k += 1
         return x
 
+    @property
+    def device(self) -> torch.device:
+        """Where the replicas live (move them with ``bank.to(device)``; batches follow in :func:`train_step`)."""
+        return self.weights[0].device
+
     def group_state(self, group: int) -> list[np.ndarray]:
-        """The parameters of replica ``group`` in the template's ``parameters()`` order."""
-        return [p[group].detach().numpy().copy() for p in self.weights]
+        """The parameters of replica ``group`` in the template's ``parameters()`` order, as CPU arrays."""
+        return [p[group].detach().cpu().numpy().copy() for p in self.weights]
 
     def average_groups(self) -> None:
         """Replace every replica's parameters by their mean over the G groups (buffers and momentum stay local)."""
@@ -196,7 +203,7 @@ def train_step(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, y
     bank, opt
         The replicas and their optimiser.
     x, y
-        Batches of shape ``(G, S, b, ...)`` and ``(G, S, b)``.
+        Batches of shape ``(G, S, b, ...)`` and ``(G, S, b)``, moved to the bank's device if elsewhere.
     lr
         If given, the learning rate for this step.
 
@@ -209,6 +216,7 @@ def train_step(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, y
         for group in opt.param_groups:
             group["lr"] = lr
     bank.train()
+    x, y = x.to(bank.device), y.to(bank.device)
     logits = bank(x.reshape(*x.shape[:3], -1))
     losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none").view(y.shape)
     opt.zero_grad(set_to_none=True)
@@ -222,6 +230,7 @@ def train_step(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, y
 def evaluate(bank: ReplicaBank, x: torch.Tensor, y: torch.Tensor, group: int = 0) -> tuple[float, float]:
     """Accuracy (%) and mean loss of replica ``group`` on ``(x, y)``, with worker 0's BN statistics."""
     bank.eval()
+    x, y = x.to(bank.device), y.to(bank.device)
     logits = bank(x.reshape(1, 1, len(x), -1).expand(bank.topology.num_groups, 1, -1, -1))[group, 0]
     loss = F.cross_entropy(logits, y).item()
     acc = 100.0 * (logits.argmax(1) == y).float().mean().item()
@@ -238,7 +247,8 @@ def run_grouped(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, 
     bank, opt
         Replicas and optimiser.
     x, y
-        The full training arrays; ``plan`` indexes them.
+        The full training arrays; ``plan`` indexes them (hold them on the bank's device to gather
+        batches there).
     plan
         Sample indices of shape ``(steps, G, S, b)``.
     lrs
@@ -257,7 +267,7 @@ def run_grouped(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, 
     """
     out = np.empty(len(plan))
     for t, idx in enumerate(plan):
-        it = torch.as_tensor(idx)
+        it = torch.as_tensor(idx, device=x.device)
         out[t] = train_step(bank, opt, x[it], y[it], lr=float(lrs[t])).mean().item()
         if bank.topology.num_groups > 1 and (step0 + t + 1) % tau == 0:
             if before_average is not None:

@@ -5,7 +5,10 @@ scaled rate and a warm-up), and adaptive schedules that double the batch
 every few epochs or on a loss plateau (:mod:`repro.training.batch_schedule`).
 Parallel time is modelled with P = B / b_local workers and an alpha-beta
 allreduce; a 2-rank gloo run checks that data parallelism with B / 2 per rank
-is the same update as one process with batch B.
+is the same update as one process with batch B.  The arms train on the
+``device`` parameter's device; the gloo check stays on the CPU, since it checks
+the simulator's arithmetic, not its speed.  The epochs' sample orders are
+drawn on the CPU, so every device sees the same batches.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pandas as pd
 import torch
 
 from repro.datasets import load_digits
+from repro.devices import resolve_device
 from repro.parallel import parallel_map
 from repro.training.batch_schedule import BatchController, BatchSchedule
 from repro.training.cost import Network, ring_allreduce_time
@@ -75,11 +79,12 @@ def arms(s: BatchSetup) -> list[Arm]:
 
 @dataclass(frozen=True)
 class ArmJob:
-    """One arm on one seed."""
+    """One arm on one seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
 
     setup: BatchSetup
     arm: Arm
     seed: int
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,10 @@ def run_arm(job: ArmJob) -> ArmRun:
     torch.set_num_threads(1)
     s, arm = job.setup, job.arm
     train, test = _digits(job.seed)
+    dev = resolve_device(job.device)
+    xs, ys = train.x.to(dev), train.y.to(dev)
     spec = ModelSpec(train.x.shape[1], s.hidden, 10, batch_norm=False, seed=job.seed)
-    bank = ReplicaBank(spec.build(), Topology(1, 1))
+    bank = ReplicaBank(spec.build(), Topology(1, 1)).to(dev)
     opt = make_optimizer(bank, SGDConfig(arm.schedule.initial_lr, s.momentum))
     ctl = BatchController(arm.schedule)
     gen = torch.Generator().manual_seed(job.seed)
@@ -125,17 +132,17 @@ def run_arm(job: ArmJob) -> ArmRun:
             lr = ctl.step_lr()
             if steps < warm:  # the large fixed batch's gradual warm-up (Goyal et al.)
                 lr = arm.start_lr + (lr - arm.start_lr) * (steps + 1) / warm
-            idx = torch.as_tensor(ids)
-            losses.append(train_step(bank, opt, train.x[idx][None, None], train.y[idx][None, None], lr).mean().item())
+            idx = torch.as_tensor(ids, device=dev)
+            losses.append(train_step(bank, opt, xs[idx][None, None], ys[idx][None, None], lr).mean().item())
             steps += 1
         ctl.end_epoch(e, float(np.mean(losses)))
         acc.append(evaluate(bank, test.x, test.y)[0])
     return ArmRun(arm.name, job.seed, tuple(acc), tuple(batches), steps, n, 4 * sum(p[0].numel() for p in bank.weights))
 
 
-def sweep(setup: BatchSetup, seeds: list[int], workers: int = 1) -> list[ArmRun]:
-    """Every arm on every seed."""
-    jobs = [ArmJob(setup, a, sd) for a in arms(setup) for sd in seeds]
+def sweep(setup: BatchSetup, seeds: list[int], workers: int = 1, device: str = "cpu") -> list[ArmRun]:
+    """Every arm on every seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
+    jobs = [ArmJob(setup, a, sd, device) for a in arms(setup) for sd in seeds]
     return parallel_map(run_arm, jobs, workers=workers, desc="arms")
 
 

@@ -6,7 +6,10 @@ is 1 < G < P.  Every configuration trains for the same number of epochs with
 a global shuffle each epoch; the learning rate is scaled linearly with the
 group batch S * b after a one-epoch warm-up.  Communication time at scale is
 modelled with alpha-beta ring costs (:mod:`repro.training.hier_localsgd`);
-a 2-rank gloo run checks the simulator's local-SGD averaging.
+a 2-rank gloo run checks the simulator's local-SGD averaging.  The simulated
+workers compute on the ``device`` parameter's device (the sample orders are
+drawn on the CPU, so every device sees the same batches); the gloo check stays
+on the CPU, since it checks the simulator's arithmetic, not its speed.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pandas as pd
 import torch
 from scipy.stats import spearmanr
 
+from repro.devices import resolve_device
 from repro.parallel import parallel_map
 from repro.training.cost import Network, ring_allreduce_time
 from repro.training.data import synthetic_classification
@@ -46,13 +50,14 @@ class LocalSGDSetup:
 
 @dataclass(frozen=True)
 class LocalSGDJob:
-    """One configuration: P workers in G groups, averaging period tau, seed."""
+    """One configuration: P workers in G groups, averaging period tau, seed, and the device it computes on."""
 
     setup: LocalSGDSetup
     workers: int
     groups: int
     tau: int
     seed: int
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -115,10 +120,11 @@ def run_config(job: LocalSGDJob) -> LocalSGDRun:
     steps_per_epoch = len(plan) // s.epochs
     lrs = warmup_schedule(s.lr_per_worker, topo.group_size, steps_per_epoch, s.epochs, warmup_epochs=1.0)
     spec = ModelSpec(split.num_features, s.hidden, split.num_classes, batch_norm=False, seed=job.seed)
-    bank = ReplicaBank(spec.build(), topo)
+    dev = resolve_device(job.device)
+    bank = ReplicaBank(spec.build(), topo).to(dev)
     spreads: list[float] = []
-    run_grouped(bank, make_optimizer(bank, SGDConfig(s.lr_per_worker, s.momentum)), split.train.x, split.train.y,
-                plan, lrs, job.tau, before_average=lambda b: spreads.append(model_discrepancy(b)))
+    run_grouped(bank, make_optimizer(bank, SGDConfig(s.lr_per_worker, s.momentum)), split.train.x.to(dev),
+                split.train.y.to(dev), plan, lrs, job.tau, before_average=lambda b: spreads.append(model_discrepancy(b)))
     if topo.num_groups > 1:
         spreads.append(model_discrepancy(bank))
         bank.average_groups()
@@ -140,9 +146,9 @@ def configurations(worker_counts: list[int], group_counts: list[int], taus: list
 
 
 def sweep(setup: LocalSGDSetup, worker_counts: list[int], group_counts: list[int], taus: list[int],
-          seeds: list[int], workers: int = 1) -> list[LocalSGDRun]:
-    """Every configuration on every seed."""
-    jobs = [LocalSGDJob(setup, p, g, t, sd) for p, g, t in configurations(worker_counts, group_counts, taus)
+          seeds: list[int], workers: int = 1, device: str = "cpu") -> list[LocalSGDRun]:
+    """Every configuration on every seed, computed on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
+    jobs = [LocalSGDJob(setup, p, g, t, sd, device) for p, g, t in configurations(worker_counts, group_counts, taus)
             for sd in seeds]
     return parallel_map(run_config, jobs, workers=workers, desc="configurations")
 

@@ -5,7 +5,10 @@ initial weights, interleaved epoch by epoch after one throw-away warm-up
 epoch, so their times are comparable.  Time is the training process's CPU time
 (``time.process_time``, one torch thread, data loading in-process), which a
 shared machine disturbs far less than wall-clock time; it is still
-indicative only.
+indicative only.  The models train on the ``device`` parameter's device
+(samplers and their generators stay on the CPU, so every device sees the
+same batches); on a GPU the clock still counts the host process's CPU time
+(launching kernels and waiting for them at each epoch's end), not the GPU's.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from repro.devices import resolve_device, synchronize
 from repro.models import mlp
 from repro.parallel import parallel_map
 from repro.training import kakurenbo as hiding
@@ -118,14 +122,17 @@ class MethodTrainer:
         One of :data:`METHODS`.
     setup, split, seed
         Settings, data and seed (weights, sampling order).
+    device
+        Where the model trains: ``cpu``, ``cuda`` or ``auto``.
     """
 
-    def __init__(self, method: str, setup: KakurenboSetup, split: Split, seed: int) -> None:
+    def __init__(self, method: str, setup: KakurenboSetup, split: Split, seed: int, device: str = "cpu") -> None:
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
         self.method, self.setup, self.split, self.seed = method, setup, split, seed
+        self.device = resolve_device(device)
         torch.manual_seed(seed)
-        self.model = mlp(split.num_features, setup.hidden, split.num_classes)
+        self.model = mlp(split.num_features, setup.hidden, split.num_classes).to(self.device)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=setup.base_lr, momentum=setup.momentum,
                                    weight_decay=setup.weight_decay)
         self.gen = torch.Generator().manual_seed(seed)
@@ -161,6 +168,7 @@ class MethodTrainer:
             if len(sel.hidden):
                 self.state.update(forward_stats(self.model, split.train, sel.hidden), e)
                 fwd += len(sel.hidden)
+        synchronize(self.device)
         seconds = time.process_time() - t0
         rec = EpochLog(e, lr, len(sel.hidden), sel.candidates, fwd, bwd, seconds, accuracy(self.model, split.test))
         self.log.append(rec)
@@ -171,9 +179,9 @@ class MethodTrainer:
         return MethodRun(self.method, self.seed, len(self.split.train), tuple(self.log))
 
 
-def train_method(method: str, setup: KakurenboSetup, split: Split, seed: int) -> MethodRun:
-    """Train one method alone for all epochs (``random_hiding`` then hides nothing)."""
-    trainer = MethodTrainer(method, setup, split, seed)
+def train_method(method: str, setup: KakurenboSetup, split: Split, seed: int, device: str = "cpu") -> MethodRun:
+    """Train one method alone for all epochs on ``device`` (``random_hiding`` then hides nothing)."""
+    trainer = MethodTrainer(method, setup, split, seed, device)
     for e in range(setup.epochs):
         trainer.epoch(e)
     return trainer.result()
@@ -181,18 +189,19 @@ def train_method(method: str, setup: KakurenboSetup, split: Split, seed: int) ->
 
 @dataclass(frozen=True)
 class SeedJob:
-    """All methods on one seed."""
+    """All methods on one seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
 
     setup: KakurenboSetup
     seed: int
+    device: str = "cpu"
 
 
 def run_seed(job: SeedJob) -> list[MethodRun]:
     """Every method of the setup on one seed, interleaved epoch by epoch (so load changes hit all alike)."""
     torch.set_num_threads(1)
     split = data(job.setup, job.seed)
-    train_method(job.setup.methods[0], replace(job.setup, epochs=1), split, job.seed)  # warm-up, discarded
-    trainers = {m: MethodTrainer(m, job.setup, split, job.seed) for m in job.setup.methods}
+    train_method(job.setup.methods[0], replace(job.setup, epochs=1), split, job.seed, job.device)  # warm-up, discarded
+    trainers = {m: MethodTrainer(m, job.setup, split, job.seed, job.device) for m in job.setup.methods}
     order = sorted(job.setup.methods, key=lambda m: m == "random_hiding")  # the control needs KAKURENBO's count
     for e in range(job.setup.epochs):
         for m in order:
@@ -201,9 +210,9 @@ def run_seed(job: SeedJob) -> list[MethodRun]:
     return [trainers[m].result() for m in job.setup.methods]
 
 
-def sweep(setup: KakurenboSetup, seeds: list[int], workers: int = 1) -> list[MethodRun]:
-    """Every method on every seed (one job per seed)."""
-    return [r for rs in parallel_map(run_seed, [SeedJob(setup, s) for s in seeds], workers=workers,
+def sweep(setup: KakurenboSetup, seeds: list[int], workers: int = 1, device: str = "cpu") -> list[MethodRun]:
+    """Every method on every seed (one job per seed), trained on ``device``."""
+    return [r for rs in parallel_map(run_seed, [SeedJob(setup, s, device) for s in seeds], workers=workers,
                                      desc="seeds") for r in rs]
 
 

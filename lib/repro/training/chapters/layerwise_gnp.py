@@ -6,7 +6,10 @@ layers of largest gradient norm (refreshed every epoch, truncated second
 pass) and two controls with the same ``k`` (random layers, the ``k`` most
 input-side layers).  Every run logs the whole-model gradient norm, the wall
 time and the counted compute of the second pass (forward FLOPs of the blocks
-it runs, from :mod:`repro.training.layertable`).
+it runs, from :mod:`repro.training.layertable`).  Runs train on the
+``device`` parameter's device; batch orders and the layer draws of the random
+control stay on the CPU, so every device sees the same ones, and the wall
+time waits for the device's queued kernels at each epoch's end.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 from torch import nn
 
 from repro.datasets import load_digits
+from repro.devices import resolve_device, synchronize
 from repro.parallel import parallel_map
 from repro.training.layertable import flops_by_child
 from repro.training.sam import LayerSelector, layer_blocks, sam_step, second_pass_fraction
@@ -63,11 +67,12 @@ class GnpSetup:
 
 @dataclass(frozen=True)
 class RunJob:
-    """One method on one seed."""
+    """One method on one seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
 
     setup: GnpSetup
     method: Method
     seed: int
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,9 @@ def train_run(job: RunJob) -> RunResult:
     torch.manual_seed(job.seed)
     model = cnn(s.widths, s.hidden)
     block_flops = flops_by_child(model, x[:1])
+    dev = resolve_device(job.device)
+    model.to(dev)
+    x, y, xt, yt = x.to(dev), y.to(dev), xt.to(dev), yt.to(dev)
     steps_per_epoch = int(np.ceil(len(x) / s.batch_size))
     opt = torch.optim.SGD(model.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=s.epochs * steps_per_epoch)
@@ -147,11 +155,13 @@ def train_run(job: RunJob) -> RunResult:
         t0 = time.perf_counter()
         norms = []
         for idx in torch.randperm(len(x), generator=gen).split(s.batch_size):
+            idx = idx.to(dev)
             rec = sam_step(model, loss_fn, x[idx], y[idx], opt, s.rho, selector)
             sched.step()
             norms.append(rec.grad_norm)
             passes.append(second_pass_fraction(rec.first_block, block_flops) if selector else 0.0)
             counts[list(rec.selected)] += 1
+        synchronize(dev)
         seconds += time.perf_counter() - t0
         gnorm.append(float(np.mean(norms)))
         model.eval()
@@ -161,9 +171,10 @@ def train_run(job: RunJob) -> RunResult:
                      len(passes), seconds)
 
 
-def sweep(setup: GnpSetup, chosen: list[Method], seeds: list[int], workers: int = 1) -> list[RunResult]:
-    """Every method on every seed."""
-    jobs = [RunJob(setup, m, s) for s in seeds for m in chosen]
+def sweep(setup: GnpSetup, chosen: list[Method], seeds: list[int], workers: int = 1,
+          device: str = "cpu") -> list[RunResult]:
+    """Every method on every seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
+    jobs = [RunJob(setup, m, s, device) for s in seeds for m in chosen]
     return parallel_map(train_run, jobs, workers=workers, desc="layerwise-gnp runs")
 
 

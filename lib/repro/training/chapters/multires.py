@@ -6,6 +6,9 @@ training with a plateau-triggered or a fixed switch.  The mixed arms get the
 same compute budget as fine-only training, counted in pixel-passes.  For every
 seed the arms run one after the other in one process; time is the process's
 CPU time (indicative on a shared machine) and pixel-passes are counted exactly.
+The arms train on the ``device`` parameter's device, where the fields are put
+(the batch orders are drawn on the CPU, so every device sees the same ones); on
+a GPU the clock counts the host's CPU time up to the end of each epoch's kernels.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from repro.devices import resolve_device, synchronize
 from repro.parallel import parallel_map
 from repro.training.multires import FieldSet, PlateauSwitch, coarsen, field_cnn, make_fieldsets
 
@@ -98,10 +102,12 @@ def run_arm(arm: str, setup: MultiresSetup, train: FieldSet, val: FieldSet, seed
 
     The fine and coarse arms train for their epochs; the mixed arms train as long as the next epoch fits
     in the fine arm's pixel-pass budget (the BatchNorm re-estimation after the switch is charged too).
+    The model trains on the device that holds ``train`` and ``val``.
     """
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; choose from {ARMS}")
-    model = field_cnn(setup.channels, seed)
+    dev = train.fields.device
+    model = field_cnn(setup.channels, seed).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=setup.lr)
     coarse_fields = coarsen(train.fields, setup.factor)
     fine_pixels = train.fields[0].numel()
@@ -120,6 +126,7 @@ def run_arm(arm: str, setup: MultiresSetup, train: FieldSet, val: FieldSet, seed
         t0 = time.process_time()
         model.train()
         for idx in torch.randperm(len(fields), generator=gen).split(setup.batch_size):
+            idx = idx.to(dev)
             loss = F.mse_loss(model(fields[idx]), train.targets[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -132,6 +139,7 @@ def run_arm(arm: str, setup: MultiresSetup, train: FieldSet, val: FieldSet, seed
             coarse_val = FieldSet(coarsen(val.fields, setup.factor), val.targets)
             if switch.update(_val_mse(model, coarse_val)):
                 pixels += _recalibrate_bn(model, train.fields, setup.batch_size) * fine_pixels
+        synchronize(dev)
         seconds += time.process_time() - t0
         curve.append(EpochPoint(mse if mse is not None else _val_mse(model, val), pixels, seconds, was_coarse))
     return ArmRun(arm, seed, tuple(curve), switch.switched_at)
@@ -139,10 +147,11 @@ def run_arm(arm: str, setup: MultiresSetup, train: FieldSet, val: FieldSet, seed
 
 @dataclass(frozen=True)
 class SeedJob:
-    """All arms on one seed."""
+    """All arms on one seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
 
     setup: MultiresSetup
     seed: int
+    device: str = "cpu"
 
 
 def run_seed(job: SeedJob) -> list[ArmRun]:
@@ -150,12 +159,14 @@ def run_seed(job: SeedJob) -> list[ArmRun]:
     torch.set_num_threads(1)
     s = job.setup
     train, val = make_fieldsets(s.n_train, s.n_val, s.size, job.seed)
+    dev = resolve_device(job.device)
+    train, val = (FieldSet(f.fields.to(dev), f.targets.to(dev)) for f in (train, val))
     return [run_arm(a, s, train, val, job.seed) for a in ARMS]
 
 
-def sweep(setup: MultiresSetup, seeds: list[int], workers: int = 1) -> list[ArmRun]:
-    """Every arm on every seed."""
-    return [r for rs in parallel_map(run_seed, [SeedJob(setup, s) for s in seeds], workers=workers, desc="seeds")
+def sweep(setup: MultiresSetup, seeds: list[int], workers: int = 1, device: str = "cpu") -> list[ArmRun]:
+    """Every arm on every seed, trained on ``device``."""
+    return [r for rs in parallel_map(run_seed, [SeedJob(setup, s, device) for s in seeds], workers=workers, desc="seeds")
             for r in rs]
 
 

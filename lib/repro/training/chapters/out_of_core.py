@@ -9,6 +9,10 @@ Three kinds of evidence, kept apart:
 - modelled: the two-stream simulator (:mod:`repro.training.ooc_sim`) with an emulated device capacity and
   host link, on which the hybrid planner is compared with swap-only and recompute-only planners; the link
   bandwidth, which decides the outcome, is swept.
+
+The models are built and their inputs drawn on the CPU, then moved to the ``device`` parameter's device,
+where they are profiled and checked; on a GPU the host store swaps to host memory, the real out-of-core
+case, and every clock reading waits for the queued kernels.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from repro.devices import resolve_device, synchronize
 from repro.training.memory import BlockProfile, DiskStore, gradients, profile_chain, run_chain
 from repro.training.ooc_sim import Plan, exhaustive, greedy, peak_memory, simulate
 
@@ -68,10 +73,12 @@ def transformer_chain(d_model: int, depth: int, batch: int, seq: int, seed: int)
                     torch.randn(batch, seq, d_model), torch.randint(0, 10, (batch,)))
 
 
-def workloads(scale: int, seed: int) -> list[Workload]:
-    """The three profiled models; ``scale`` multiplies their width (1 = the cpu profile's size)."""
-    return [mlp_chain(512 * scale, 8, 256, seed), cnn_chain(16 * scale, 8, 16, 32, seed),
-            transformer_chain(64 * scale, 6, 8, 64, seed)]
+def workloads(scale: int, seed: int, device: str = "cpu") -> list[Workload]:
+    """The three profiled models on ``device``; ``scale`` multiplies their width (1 = the cpu profile's size)."""
+    dev = resolve_device(device)
+    built = [mlp_chain(512 * scale, 8, 256, seed), cnn_chain(16 * scale, 8, 16, 32, seed),
+             transformer_chain(64 * scale, 6, 8, 64, seed)]
+    return [Workload(w.name, w.model.to(dev), w.batch.to(dev), w.labels.to(dev)) for w in built]
 
 
 def reference_bandwidth(blocks: list[BlockProfile]) -> float:
@@ -143,21 +150,27 @@ class DiskCheck:
         return 100.0 * abs(self.predicted_s - self.measured_s) / self.measured_s
 
 
-def _median_time(fn: Callable[[], None], repeats: int) -> float:
+def _median_time(fn: Callable[[], None], repeats: int, device: torch.device) -> float:
     fn()
     ts = []
     for _ in range(repeats):
+        synchronize(device)
         t0 = time.perf_counter()
         fn()
+        synchronize(device)
         ts.append(time.perf_counter() - t0)
     return float(np.median(ts))
 
 
-def disk_bandwidth(nbytes: int, repeats: int = 3) -> float:
-    """Round-trip bandwidth of the disk store (write then read back), bytes per second of one direction."""
-    t = torch.randn(max(1, nbytes // 4))
+def disk_bandwidth(nbytes: int, repeats: int = 3, device: torch.device | None = None) -> float:
+    """Round-trip bandwidth of the disk store (write then read back), bytes per second of one direction.
+
+    The tensor starts on ``device`` (default the CPU), so a GPU's copy to and from host memory is included.
+    """
+    dev = device if device is not None else torch.device("cpu")
+    t = torch.randn(max(1, nbytes // 4)).to(dev)
     store = DiskStore()
-    return 2 * t.numel() * 4 / _median_time(lambda: store.get(store.put(t)), repeats)
+    return 2 * t.numel() * 4 / _median_time(lambda: store.get(store.put(t)), repeats, dev)
 
 
 def disk_check(work: Workload, blocks: list[BlockProfile], repeats: int) -> list[DiskCheck]:
@@ -169,7 +182,8 @@ def disk_check(work: Workload, blocks: list[BlockProfile], repeats: int) -> list
     (synchronous disk transfers at the measured disk bandwidth; one more forward per recomputed block).
     """
     n = len(work.model)
-    bw = disk_bandwidth(int(np.mean([b.activation_bytes for b in blocks])))
+    dev = work.batch.device
+    bw = disk_bandwidth(int(np.mean([b.activation_bytes for b in blocks])), device=dev)
     measured = {}
     for label, pol in (("keep", ["keep"] * n), ("swap", ["swap"] * n), ("recompute", ["recompute"] * n)):
         store = DiskStore()
@@ -178,7 +192,7 @@ def disk_check(work: Workload, blocks: list[BlockProfile], repeats: int) -> list
             work.model.zero_grad(set_to_none=True)
             nn.functional.cross_entropy(run_chain(work.model, work.batch, pol, store), work.labels).backward()
 
-        measured[label] = _median_time(step, repeats)
+        measured[label] = _median_time(step, repeats, dev)
     scale = measured["keep"] / simulate(blocks, ["keep"] * n, bw).time
     calibrated = [BlockProfile(b.forward_s * scale, b.backward_s * scale, b.activation_bytes, b.input_bytes,
                                b.weight_bytes) for b in blocks]
@@ -211,10 +225,10 @@ class SeedResult:
 
 
 def run_seed(seed: int, scale: int, capacity_fraction: float, ratios: list[float], exhaustive_limit: int,
-             repeats: int) -> SeedResult:
-    """Profile the models, run every planner at every bandwidth ratio, and the disk and gradient checks."""
+             repeats: int, device: str = "cpu") -> SeedResult:
+    """Profile the models on ``device``, run every planner at every bandwidth ratio, and the disk and gradient checks."""
     torch.set_num_threads(1)
-    works = workloads(scale, seed)
+    works = workloads(scale, seed, device)
     profiles = {w.name: profile_chain(w.model, w.batch, repeats) for w in works}
     comps = [compare(w.name, seed, profiles[w.name], capacity_fraction, r, exhaustive_limit) for w in works for r in ratios]
     disk = disk_check(works[0], profiles[works[0].name], repeats)
@@ -222,9 +236,9 @@ def run_seed(seed: int, scale: int, capacity_fraction: float, ratios: list[float
 
 
 def sweep(seeds: list[int], scale: int, capacity_fraction: float, ratios: list[float], exhaustive_limit: int,
-          repeats: int) -> list[SeedResult]:
-    """:func:`run_seed` for every seed, in this process (timings must not compete with each other)."""
-    return [run_seed(s, scale, capacity_fraction, ratios, exhaustive_limit, repeats) for s in seeds]
+          repeats: int, device: str = "cpu") -> list[SeedResult]:
+    """:func:`run_seed` for every seed on ``device``, in this process (timings must not compete with each other)."""
+    return [run_seed(s, scale, capacity_fraction, ratios, exhaustive_limit, repeats, device) for s in seeds]
 
 
 def profile_table(result: SeedResult) -> pd.DataFrame:

@@ -5,7 +5,11 @@ of full-size VGG-A at up to 128 nodes (:mod:`repro.training.itersim`; its
 speedups are fixed by the assumed node and network constants, which are
 swept), and real measurements on 2 ``torch.distributed`` gloo ranks of a
 VGG-A-mini with the overlap engine, the non-overlapped reference and torch's
-``DistributedDataParallel`` (:mod:`repro.training.overlap`).
+``DistributedDataParallel`` (:mod:`repro.training.overlap`).  The ranks
+compute on the ``device`` parameter's device (``TimingJob.device``) but keep
+the gloo backend: NCCL refuses two ranks on one GPU, so on a single-GPU
+machine the device applies to the compute, and gloo moves the gradients
+through host memory.
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ M data-parallel workers hold disjoint shards of a generated 8-class set
 samples for a re-deal (PLS); see :mod:`repro.training.shuffling`.  Training
 is synchronous data-parallel SGD with per-worker batch normalisation, run by
 the single-process simulator (M workers); a 2-rank ``torch.distributed`` gloo
-run with a real sample exchange checks the simulator on a small case.
+run with a real sample exchange checks the simulator on a small case.  The
+simulated workers compute on the ``device`` parameter's device (shards and
+batch orders are drawn on the CPU, so every device sees the same batches); the
+gloo check stays on the CPU, since it checks the simulator's arithmetic.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from repro.devices import resolve_device
 from repro.parallel import parallel_map
 from repro.training import shuffling
 from repro.training.data import synthetic_classification
@@ -46,12 +50,13 @@ class ShuffleSetup:
 
 @dataclass(frozen=True)
 class ShuffleJob:
-    """One run: a shard scheme (``iid`` or ``skewed``), an exchange fraction Q and a seed."""
+    """One run: a shard scheme (``iid`` or ``skewed``), an exchange fraction Q, a seed and the device it computes on."""
 
     setup: ShuffleSetup
     scheme: str
     q: float
     seed: int
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -115,8 +120,10 @@ def run_shuffle(job: ShuffleJob) -> ShuffleRun:
     steps = len(shards[0]) // s.batch_size
     lrs = warmup_schedule(s.base_lr, s.workers, steps, s.epochs, s.warmup_epochs, decay_epochs=(0.75 * s.epochs,))
     spec = ModelSpec(split.num_features, s.hidden, split.num_classes, batch_norm=True, seed=job.seed)
-    bank = ReplicaBank(spec.build(), Topology(1, s.workers))
+    dev = resolve_device(job.device)
+    bank = ReplicaBank(spec.build(), Topology(1, s.workers)).to(dev)
     opt = make_optimizer(bank, SGDConfig(s.base_lr, s.momentum, 5e-4))
+    xs, ys = split.train.x.to(dev), split.train.y.to(dev)
     acc, moved, spread, peak = [], [], [], 1.0
     for e in range(s.epochs):
         if e > 0:
@@ -125,17 +132,17 @@ def run_shuffle(job: ShuffleJob) -> ShuffleRun:
             peak = max(peak, rec.peak_storage / len(shards[0]))
         spread.append(shuffling.label_spread(y, shards, split.num_classes))
         plan = shuffling.epoch_plan(shards, s.batch_size, rng)[:, None]
-        run_grouped(bank, opt, split.train.x, split.train.y, plan, lrs[e * steps:(e + 1) * steps], tau=1)
+        run_grouped(bank, opt, xs, ys, plan, lrs[e * steps:(e + 1) * steps], tau=1)
         acc.append(evaluate(bank, split.test.x, split.test.y)[0])
     return ShuffleRun(job.scheme, job.q, job.seed, tuple(acc), tuple(moved), tuple(spread), peak,
                       len(y) * split.train.sample_bytes)
 
 
 def sweep(setup: ShuffleSetup, schemes: list[str], q_values: list[float], seeds: list[int],
-          workers: int = 1) -> list[ShuffleRun]:
-    """Every scheme x {LS, PLS(q) for q in q_values, GS} x seed, spread over ``workers`` processes."""
+          workers: int = 1, device: str = "cpu") -> list[ShuffleRun]:
+    """Every scheme x {LS, PLS(q) for q in q_values, GS} x seed, spread over ``workers`` processes, on ``device``."""
     qs = sorted({0.0, 1.0, *q_values})
-    jobs = [ShuffleJob(setup, sc, q, sd) for sc in schemes for q in qs for sd in seeds]
+    jobs = [ShuffleJob(setup, sc, q, sd, device) for sc in schemes for q in qs for sd in seeds]
     return parallel_map(run_shuffle, jobs, workers=workers, desc="shuffle runs")
 
 
