@@ -38,6 +38,8 @@ class ActivationRun:
         probed per round, run seed.
     eval_every, engine
         Evaluation period (rounds) and engine.
+    device
+        Where the clients train (``cpu``, ``cuda`` or ``auto``).
     """
 
     policy: str
@@ -51,6 +53,7 @@ class ActivationRun:
     seed: int
     eval_every: int = 10
     engine: str = "inprocess"
+    device: str = "cpu"
 
 
 def run(job: ActivationRun) -> dict:
@@ -65,7 +68,7 @@ def run(job: ActivationRun) -> dict:
     """
     strat = ActivatedFedAvg(job.active_clients, job.sgd.config(job.tau), seed=job.seed,
                             policy=make_policy(job.policy, job.beta), candidates=job.candidates)
-    hist = run_federated(strat, make_probing_client_app(job.spec, {"seed": job.seed}), job.spec.num_clients,
+    hist = run_federated(strat, make_probing_client_app(job.spec, {"seed": job.seed, "device": job.device}), job.spec.num_clients,
                          initial_arrays(job.spec, job.seed), job.rounds, central_evaluator(job.spec),
                          eval_schedule(job.rounds, job.eval_every), engine=job.engine)
     summary = RunSummary.of(hist)
@@ -76,7 +79,7 @@ def run(job: ActivationRun) -> dict:
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, candidates: int,
           seeds: list[int], betas: list[float], eval_every: int, engine: str = "inprocess",
-          workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+          workers: int = 1, device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Uniform, Power-of-Choice, gradient-norm and multi-metric (every ``beta``) activation, every seed.
 
     Returns
@@ -89,7 +92,7 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     if not betas:
         raise ValueError("parameter 'betas': must not be empty")
     runs = [(p, 0.0) for p in ("uniform", "power-of-choice", "grad-norm")] + [("multi-metric", b) for b in betas]
-    jobs = [ActivationRun(p, b, spec, sgd, tau, rounds, active_clients, candidates, s, eval_every, engine)
+    jobs = [ActivationRun(p, b, spec, sgd, tau, rounds, active_clients, candidates, s, eval_every, engine, device)
             for p, b in runs for s in seeds]
     done = parallel_map(run, jobs, workers if engine == "inprocess" else 1, desc="activation runs")
     final = pd.DataFrame([{k: r[k] for k in ("policy", "beta", "seed", "accuracy", "budget_accuracy")}

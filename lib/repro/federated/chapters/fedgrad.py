@@ -60,6 +60,8 @@ class BackdoorRun:
         Norm bound of the clipping defence; FedGrad's first hard-filter round.
     eval_every, engine
         Evaluation period (rounds) and engine.
+    device
+        Where the clients train (``cpu``, ``cuda`` or ``auto``).
     """
 
     defence: str
@@ -75,6 +77,7 @@ class BackdoorRun:
     switch_round: int
     eval_every: int = 10
     engine: str = "inprocess"
+    device: str = "cpu"
 
 
 def run(job: BackdoorRun) -> dict:
@@ -92,7 +95,8 @@ def run(job: BackdoorRun) -> dict:
     strat = robust.RobustFedAvg(job.active_clients, job.sgd.config(job.tau),
                                 make_defence(job.defence, spec, num_malicious, job.clip_bound, job.switch_round),
                                 seed=job.seed)
-    hist = run_federated(strat, robust.make_attacked_client_app(attack, {"seed": job.seed}), spec.num_clients,
+    app = robust.make_attacked_client_app(attack, {"seed": job.seed, "device": job.device})
+    hist = run_federated(strat, app, spec.num_clients,
                          initial_arrays(spec, job.seed), job.rounds, central_evaluator(spec),
                          eval_schedule(job.rounds, job.eval_every), engine=job.engine)
     model = build_model(spec, seed=0)
@@ -107,7 +111,8 @@ def run(job: BackdoorRun) -> dict:
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, seeds: list[int],
           attacker_share: float, pdr: float, clip_bound: float, switch_round: int, eval_every: int,
-          defences: Sequence[str] = DEFENCES, engine: str = "inprocess", workers: int = 1) -> pd.DataFrame:
+          defences: Sequence[str] = DEFENCES, engine: str = "inprocess", workers: int = 1,
+          device: str = "cpu") -> pd.DataFrame:
     """Every defence under the attack, and every defence on the same task without attackers (false positives).
 
     The attackers are the first ``round(attacker_share * num_clients)`` partition ids (a fixed pool; the
@@ -115,7 +120,7 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     """
     bad = tuple(range(int(round(attacker_share * spec.num_clients))))
     jobs = [BackdoorRun(d, spec, sgd, tau, rounds, active_clients, s, atk, pdr, clip_bound, switch_round,
-                        eval_every, engine)
+                        eval_every, engine, device)
             for atk in (bad, ()) for d in defences for s in seeds]
     return pd.DataFrame(parallel_map(run, jobs, workers if engine == "inprocess" else 1, desc="defences"))
 
