@@ -14,6 +14,7 @@ from repro.federated.ondevice_kd import (
     LARGE,
     Recipe,
     TwoModelFedAvg,
+    kd_weight,
     keys_of,
     local_parts,
     make_two_model_client_app,
@@ -45,7 +46,7 @@ def test_kd_loss_is_zero_when_student_equals_teacher(temperature):
 
 
 def test_all_strong_labelled_only_without_kd_is_fedavg_on_the_large_model():
-    rounds, active = 3, 5
+    rounds, active = 3, SPEC.num_clients  # step 2 goes to every strong client, as in the authors' code
     fedavg = run_federated(SeededFedAvg(active, LOCAL, seed=1), make_client_app(SPEC, {"seed": 1}), SPEC.num_clients,
                            initial_arrays(SPEC, 1), rounds, central_evaluator(SPEC), [rounds])
     reference = snapshot(fedavg.final_arrays)
@@ -58,7 +59,7 @@ def test_all_strong_labelled_only_without_kd_is_fedavg_on_the_large_model():
 
 def test_weak_clients_never_move_the_large_model():
     tiers = assign_tiers(SPEC.num_clients, [0.25, 0.75], [STRONG, WEAK], seed=0)
-    strategy = TwoModelFedAvg(6, LOCAL, tiers, Recipe(train_aux=True, large_loss="kd"), seed=0)
+    strategy = TwoModelFedAvg(6, LOCAL, tiers, Recipe(train_aux=True, large_loss="ce-then-kd"), seed=0, kd_rampup=2)
     init = pair_arrays(SPEC, AUX_HIDDEN, 0)
     after = two_model_run(strategy, rounds=3, share=0.2)
     weak = {p for p, t in enumerate(tiers) if t.name == "weak"}
@@ -92,3 +93,9 @@ def test_server_distillation_moves_the_large_model_towards_the_ensemble():
 def test_recipe_refuses_distillation_without_the_aux_step():
     with pytest.raises(ValueError, match="aux step"):
         Recipe(train_aux=False, large_loss="kd")
+
+
+def test_kd_weight_ramps_up_to_its_final_value():
+    ramp = [kd_weight(r, 0.5, 10) for r in range(12)]
+    assert ramp[0] == pytest.approx(0.5 * np.exp(-5.0)) and ramp[10] == ramp[11] == 0.5
+    assert all(a < b for a, b in zip(ramp[:10], ramp[1:11]))

@@ -227,21 +227,27 @@ class FedDCT(SeededFedAvg):
         As in :class:`~repro.federated.strategies.SeededFedAvg` (the paper:
         every client, ``num_clusters * S``).
     split_factor
-        Sub-models ``S`` (clients per cluster); sampled clients beyond a multiple of ``S`` sit the round out.
+        Sub-models ``S``.
     cot_final, cot_warmup
         Final co-training weight and its warm-up in rounds (:func:`cot_weight`).
+    cluster_size
+        Clients per cluster (default ``S``, as in FedDCT); sampled clients
+        beyond a multiple of it sit the round out.  ``split_factor=1`` with
+        ``cluster_size=k`` trains the undivided model over clusters of ``k``
+        clients in turn: the schedule without the division (an ablation).
 
     Communication is counted per device: member ``s`` of a cluster downloads
     and uploads sub-model ``s`` only, so a cluster moves one ensemble each way.
     """
 
     def __init__(self, active_clients: int, local: dict[str, float | int], split_factor: int, seed: int = 0,
-                 cot_final: float = 0.5, cot_warmup: int = 40) -> None:
+                 cot_final: float = 0.5, cot_warmup: int = 40, cluster_size: int | None = None) -> None:
         super().__init__(active_clients, local, seed=seed)
         if split_factor < 1:
             raise ValueError(f"split_factor must be >= 1, got {split_factor}")
-        if active_clients < split_factor:
-            raise ValueError(f"active_clients={active_clients} cannot form one cluster of {split_factor}")
+        self.cluster_size = split_factor if cluster_size is None else cluster_size
+        if not 1 <= self.cluster_size <= active_clients:
+            raise ValueError(f"active_clients={active_clients} cannot form one cluster of {self.cluster_size}")
         self.split_factor = split_factor
         self.cot_final = cot_final
         self.cot_warmup = cot_warmup
@@ -252,7 +258,7 @@ class FedDCT(SeededFedAvg):
         """Group the sampled clients into clusters; send each cluster's first member the ensemble and the cluster."""
         self.ensure_comm(arrays)
         pids = self.sample(server_round)
-        clusters = random_clusters(pids, self.split_factor, seed=int(self.sampler_rng.integers(2**31)))
+        clusters = random_clusters(pids, self.cluster_size, seed=int(self.sampler_rng.integers(2**31)))
         self.clusters[server_round] = clusters
         keys = list(arrays.keys())
         self.round_traffic = (server_round, keys, keys)

@@ -1,4 +1,4 @@
-"""On-device knowledge distillation with a small auxiliary model (Lim, Jo, Zhang and Lee; loss form inferred).
+"""On-device knowledge distillation with a small auxiliary model (Lim, Jo, Zhang and Lee; the authors' HeteroKDFL code).
 
 Two models share one global record: a small auxiliary model ``A`` (keys
 ``aux.*``) that every client can train, and a large target model ``L``
@@ -7,11 +7,17 @@ method is two Flower rounds of :class:`TwoModelFedAvg`:
 
 1. *aux step* (odd Flower rounds): every sampled client trains ``A`` on
    its **labelled** local data; the server averages ``A``;
-2. *large step* (even Flower rounds): the strong clients among the same
-   sampled clients receive the new ``A`` (teacher) and ``L`` (student) and
-   distil ``A`` into ``L`` on their **unlabelled** local data
-   (``T^2 KL(softmax(A(x)/T) || softmax(L(x)/T))``,
-   :func:`repro.federated.kd.kd_loss`); the server averages ``L`` over them.
+2. *large step* (even Flower rounds): every strong client receives the
+   new ``A`` (teacher) and ``L`` (student), trains ``L`` with cross-entropy
+   on its labelled data and then distils ``A`` into ``L`` on its
+   **unlabelled** local data with the weighted loss
+   ``w(r) T^2 KL(softmax(A(x)/T) || softmax(L(x)/T))``
+   (:func:`repro.federated.kd.kd_loss`, :func:`kd_weight`); the server
+   averages ``L`` over them.  This is the authors' ``distill_round``
+   (``solvers/fedavg.py`` of jjihyunh/HeteroKDFL: the private-data CE steps,
+   then the KD steps with ``T = 3``, ``l_max = 0.5``); as there, every strong
+   client takes part in step 2 (``train.py``), not only the sampled ones.
+   ``kd`` alone (no CE on ``L``) is the abstract's reading, kept as a variant.
 
 Weak clients never receive or send ``L`` (the strategy's
 :attr:`TwoModelFedAvg.traffic` records every message's keys).  Both
@@ -49,13 +55,11 @@ from repro.federated.client import (
     client_app_with,
     client_seed,
     from_arrayrecord,
-    local_sgd,
     to_arrayrecord,
     train_locally,
 )
 from repro.federated.engine import EvalFn
 from repro.federated.feddf import distill, labelled_split, server_distill
-from repro.federated.kd import kd_loss
 from repro.federated.partial import layerwise_average
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model, client_data, evaluate, load_task_data
@@ -64,9 +68,17 @@ from repro.models import get_weights, set_weights
 
 AUX, LARGE = "aux", "large"
 """Prefixes of the two models' arrays in the global record."""
-LARGE_LOSSES = ("none", "ce", "kd", "kd+ce")
-"""What strong clients train ``L`` with: nothing, labelled cross-entropy, distillation from ``A``, or both."""
-PHASE_KEY, LOSS_KEY, TEMPERATURE_KEY = "phase", "large-loss", "temperature"
+LARGE_LOSSES = ("none", "ce", "kd", "ce-then-kd")
+"""What strong clients train ``L`` with: nothing, labelled cross-entropy, distillation from ``A``, or CE then KD."""
+DISTILLING = ("kd", "ce-then-kd")
+PHASE_KEY, LOSS_KEY, TEMPERATURE_KEY, WEIGHT_KEY = "phase", "large-loss", "temperature", "kd-weight"
+
+
+def kd_weight(server_round: int, final: float = 0.5, rampup: int = 300) -> float:
+    """The authors' KD weight at round ``server_round``: ``final * exp(-5 (1 - r / rampup)^2)``, then ``final``."""
+    if rampup <= 0 or server_round >= rampup:
+        return final
+    return float(final * np.exp(-5.0 * (1.0 - server_round / rampup) ** 2))
 
 
 @dataclass(frozen=True)
@@ -90,18 +102,22 @@ class Recipe:
     def __post_init__(self) -> None:
         if self.large_loss not in LARGE_LOSSES:
             raise ValueError(f"large_loss must be one of {LARGE_LOSSES}, got {self.large_loss!r}")
-        if self.large_loss in ("kd", "kd+ce") and not self.train_aux:
+        if self.large_loss in DISTILLING and not self.train_aux:
             raise ValueError("distillation from A needs the aux step (train_aux=True)")
         if self.server_pool_steps < 0:
             raise ValueError(f"server_pool_steps must be >= 0, got {self.server_pool_steps}")
 
 
-def build_pair(spec: TaskSpec, aux_hidden: Sequence[int], seed: int) -> torch.nn.ModuleDict:
-    """``{"large": L, "aux": A}``: ``L`` is the task's model for ``seed`` (built first), ``A`` an MLP of ``aux_hidden``."""
-    large = build_model(spec, seed)
+def build_aux(spec: TaskSpec, aux_hidden: Sequence[int]) -> torch.nn.Module:
+    """The auxiliary model ``A``: an MLP of ``aux_hidden`` on the task (initialised from torch's current state)."""
     ds, _ = load_task_data(spec)
-    aux = models.mlp(ds.num_features, aux_hidden, ds.num_classes)
-    return torch.nn.ModuleDict({LARGE: large, AUX: aux})
+    return models.mlp(ds.num_features, aux_hidden, ds.num_classes)
+
+
+def build_pair(spec: TaskSpec, aux_hidden: Sequence[int], seed: int) -> torch.nn.ModuleDict:
+    """``{"large": L, "aux": A}``: ``L`` is the task's model for ``seed`` (built first), then ``A``."""
+    large = build_model(spec, seed)
+    return torch.nn.ModuleDict({LARGE: large, AUX: build_aux(spec, aux_hidden)})
 
 
 def pair_arrays(spec: TaskSpec, aux_hidden: Sequence[int], seed: int) -> ArrayRecord:
@@ -146,10 +162,11 @@ def train_two_model(spec: TaskSpec, aux_hidden: Sequence[int], labelled_share: f
                     context: Context) -> Message:
     """One client step: train ``A`` (aux phase) or ``L`` (large phase) as the config says; reply with that model.
 
-    In the large phase ``kd`` distils the received ``A`` into ``L`` on the
-    unlabelled part (with the round's local settings), ``ce`` trains ``L``
-    on the labelled part, ``kd+ce`` adds the two losses at every step (an
-    unlabelled and a labelled batch).
+    In the large phase ``ce`` trains ``L`` on the labelled part, ``kd``
+    distils the received ``A`` into ``L`` on the unlabelled part (the
+    round's local settings, loss weight 1), and ``ce-then-kd`` runs the CE
+    steps and then the KD steps weighted by the config's ``kd-weight`` (under
+    SGD with momentum a loss weight ``w`` is the learning rate times ``w``).
     """
     torch.set_num_threads(1)
     pid = int(context.node_config["partition-id"])
@@ -172,7 +189,7 @@ def train_two_model(spec: TaskSpec, aux_hidden: Sequence[int], labelled_share: f
     elif loss_kind == "ce":
         trained, used = LARGE, len(yl)
         loss = train_locally(pair[LARGE], xl, yl, settings)
-    elif loss_kind in ("kd", "kd+ce"):
+    elif loss_kind in DISTILLING:
         if len(xu) == 0:
             raise ValueError(f"client {pid} has no unlabelled sample to distil on")
         teacher = pair[AUX].eval()
@@ -181,23 +198,13 @@ def train_two_model(spec: TaskSpec, aux_hidden: Sequence[int], labelled_share: f
             with torch.no_grad():
                 return teacher(x)
 
-        trained = LARGE
-        if loss_kind == "kd":
-            used = len(xu)
-            loss = distill(pair[LARGE], soft_targets, xu, settings.steps, settings.batch_size, settings.lr,
-                           temperature, settings.seed, momentum=settings.momentum)
-        else:
-            used = len(xu) + len(yl)
-            gen = np.random.default_rng(settings.seed + 1)
-            xut = torch.from_numpy(xu)
-
-            def kd_term(out: torch.Tensor, idx: torch.Tensor) -> list[torch.Tensor]:
-                batch = xut[torch.from_numpy(gen.choice(len(xu), size=min(settings.batch_size, len(xu)),
-                                                        replace=False))]
-                return [kd_loss(pair[LARGE](batch), soft_targets(batch), temperature)]
-
-            loss = local_sgd(pair[LARGE], xl, yl, settings.steps, settings.batch_size, settings.lr, settings.momentum,
-                             settings.seed, penalties=kd_term)
+        trained, used, weight, loss = LARGE, len(xu), 1.0, 0.0
+        if loss_kind == "ce-then-kd":
+            loss = train_locally(pair[LARGE], xl, yl, settings)
+            used, weight = len(xu) + len(yl), float(cfg.get(WEIGHT_KEY, 1.0))
+        kd = distill(pair[LARGE], soft_targets, xu, settings.steps, settings.batch_size, weight * settings.lr,
+                     temperature, settings.seed + 1, momentum=settings.momentum)
+        loss = kd if loss_kind == "kd" else loss
     else:
         raise ValueError(f"client {pid}: phase {phase!r} with large loss {loss_kind!r} trains nothing")
     weights = {f"{trained}.{k}": v for k, v in get_weights(pair[trained]).items()}
@@ -226,9 +233,10 @@ class Traffic:
 class TwoModelFedAvg(SeededFedAvg):
     """The two-step rounds of on-device KD (and of its baselines, by :class:`Recipe`) as one Flower strategy.
 
-    Flower round ``2r - 1`` is step 1 of round ``r`` (the aux step), Flower
-    round ``2r`` its step 2 (the large step); both steps use the clients
-    sampled at step 1, and the clients seed their batches from ``r``.
+    Flower round ``2r - 1`` is step 1 of round ``r`` (the aux step) with the
+    ``active_clients`` sampled clients, Flower round ``2r`` its step 2 (the
+    large step) with every strong client; the clients seed their batches
+    from ``r``.
 
     Parameters
     ----------
@@ -240,6 +248,8 @@ class TwoModelFedAvg(SeededFedAvg):
         The steps to run.
     temperature
         Distillation temperature ``T``.
+    kd_final, kd_rampup
+        The KD weight of ``ce-then-kd`` and its ramp-up in rounds (:func:`kd_weight`).
     pool
         FedDF's central unlabelled inputs (needed when ``recipe.server_pool_steps > 0``).
     spec, aux_hidden
@@ -247,14 +257,16 @@ class TwoModelFedAvg(SeededFedAvg):
     """
 
     def __init__(self, active_clients: int, local: dict[str, float | int], tier_of: Sequence[Tier], recipe: Recipe,
-                 seed: int = 0, temperature: float = 3.0, pool: np.ndarray | None = None,
-                 spec: TaskSpec | None = None, aux_hidden: Sequence[int] = ()) -> None:
+                 seed: int = 0, temperature: float = 3.0, kd_final: float = 0.5, kd_rampup: int = 300,
+                 pool: np.ndarray | None = None, spec: TaskSpec | None = None, aux_hidden: Sequence[int] = ()) -> None:
         super().__init__(active_clients, local, seed=seed, resample_every=2)
         if recipe.server_pool_steps and (pool is None or spec is None or not len(pool)):
             raise ValueError("server distillation needs the task spec and a non-empty pool")
         self.tier_of = list(tier_of)
         self.recipe = recipe
         self.temperature = temperature
+        self.kd_final = kd_final
+        self.kd_rampup = kd_rampup
         self.pool = pool
         self.spec = spec
         self.aux_hidden = tuple(aux_hidden)
@@ -270,7 +282,7 @@ class TwoModelFedAvg(SeededFedAvg):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        """Step 1: ``A`` to every sampled client; step 2: ``L`` (and ``A`` as teacher) to the sampled strong ones."""
+        """Step 1: ``A`` to every sampled client; step 2: ``L`` (and ``A`` as teacher) to every strong client."""
         self.ensure_comm(arrays)
         self._current = arrays
         pids = self.sample(server_round)
@@ -281,11 +293,14 @@ class TwoModelFedAvg(SeededFedAvg):
             targets = pids if self.recipe.train_aux else []
             down, up = aux, aux
         else:
-            targets = [p for p in pids if self.tier_of[p].name == "strong"] if self.recipe.large_loss != "none" else []
-            down = large + (aux if self.recipe.large_loss in ("kd", "kd+ce") else [])
+            strong = [p for p in sorted(self.node_of) if self.tier_of[p].name == "strong"]
+            targets = strong if self.recipe.large_loss != "none" else []
+            down = large + (aux if self.recipe.large_loss in DISTILLING else [])
             up = large
-        cfg = ConfigRecord({**dict(config), **self.local, "server-round": (server_round + 1) // 2, PHASE_KEY: phase,
-                            LOSS_KEY: self.recipe.large_loss, TEMPERATURE_KEY: float(self.temperature)})
+        r = (server_round + 1) // 2
+        cfg = ConfigRecord({**dict(config), **self.local, "server-round": r, PHASE_KEY: phase,
+                            LOSS_KEY: self.recipe.large_loss, TEMPERATURE_KEY: float(self.temperature),
+                            WEIGHT_KEY: kd_weight(r - 1, self.kd_final, self.kd_rampup)})
         send = ArrayRecord({k: arrays[k] for k in down})
         self._sent = {}
         messages = []
@@ -324,11 +339,11 @@ class TwoModelFedAvg(SeededFedAvg):
         teachers = []
         for reply in self._aux_replies + large_replies:
             name = AUX if keys_of(reply, AUX) else LARGE
-            model = build_pair(self.spec, self.aux_hidden, seed=0)[name]
+            model = build_aux(self.spec, self.aux_hidden) if name == AUX else build_model(self.spec, seed=0)
             set_weights(model, strip(reply, name))
             teachers.append(model)
         weights = from_arrayrecord(arrays)
-        student = build_pair(self.spec, self.aux_hidden, seed=0)[LARGE]
+        student = build_model(self.spec, seed=0)
         set_weights(student, strip(weights, LARGE))
         server_distill(student, teachers, self.pool, self.recipe.server_pool_steps, int(self.local["batch-size"]),
                        float(self.local["lr"]), self.temperature, seed=client_seed(self.seed, server_round),

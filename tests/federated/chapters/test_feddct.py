@@ -1,0 +1,57 @@
+"""The FedDCT chapter driver: claims from a known frame, rounds to target, the per-device memory table."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from repro.federated.chapters.feddct import METHODS, DctRun, claims, per_device_memory, rounds_to_target
+from repro.federated.task import TaskSpec
+
+SPEC = TaskSpec(dataset="digits", num_clients=8, scheme="iid", hidden=(64, 64), n_train=400)
+
+
+def frames() -> tuple[pd.DataFrame, pd.DataFrame]:
+    best = {"fedavg_large": 80.0, "fedavg_small": 75.0, "fedprox_large": 79.0, "splitfed_large": 70.0,
+            "clustered_large": 84.0, "feddct": 86.0}
+    final, curves = [], []
+    for m in METHODS:
+        for s in (0, 1):
+            for lr, shift in ((0.05, -5.0), (0.1, 0.0)):
+                acc = best[m] + shift + s
+                final.append({"method": m, "seed": s, "setting": lr, "accuracy": acc, "budget_accuracy": acc})
+                reach = 8 if m == "feddct" else 16  # FedDCT climbs twice as fast
+                curves += [{"method": m, "seed": s, "setting": lr, "round": r, "accuracy": acc * min(1.0, r / reach)}
+                           for r in range(0, 21, 4)]
+    return pd.DataFrame(final), pd.DataFrame(curves)
+
+
+def test_claims_at_each_methods_best_learning_rate():
+    final, curves = frames()
+    memory = per_device_memory(SPEC, 4, 32)
+    c = claims(final, curves, memory, rounds=20, eval_every=4)
+    assert c["gain_vs_fedavg_large"] == [6.0, 6.0] and c["gain_vs_fedavg_small"] == [11.0, 11.0]
+    assert c["gain_vs_splitfed"] == [16.0, 16.0] and c["gain_vs_fedprox"] == [7.0, 7.0]
+    # FedAvg-large reaches 95% of its best at round 16, FedDCT (86 >= 0.95 * 80 at 8 * 76/86) at round 8
+    assert c["rounds_saved_vs_fedavg_large"] == [8.0, 8.0]
+    assert c["memory_reduction"][0] == pytest.approx(memory["large / device"].iloc[1])
+
+
+def test_a_run_that_never_reaches_the_target_is_censored():
+    _, curves = frames()
+    curves.loc[curves.method == "splitfed_large", "accuracy"] = 10.0
+    hit = rounds_to_target(curves[curves.setting == 0.1], rounds=20, eval_every=4)
+    split = hit[hit.method == "splitfed_large"]
+    assert not split.reached.any() and (split["rounds"] == 24).all()
+
+
+def test_memory_table_model_matches_torch_and_sub_models_are_smaller():
+    memory = per_device_memory(SPEC, 4, 32)
+    err = (memory["step memory, torch (kB)"] / memory["step memory, model (kB)"] - 1).abs()
+    assert (err.iloc[:2] < 0.01).all() and err.iloc[2:].isna().all()  # the split client is not measured
+    assert memory["large / device"].iloc[1] > 1.0 and memory["large / device"].iloc[2] > 1.0
+
+
+def test_clusters_must_be_whole():
+    with pytest.raises(ValueError, match="multiple of split_factor"):
+        DctRun("feddct", 0, 0.1, SPEC, 3, 1, 1, 8, 0.01, 0.5, 1, 1)
