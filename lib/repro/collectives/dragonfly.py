@@ -1,7 +1,7 @@
 """Switched Dragonfly platform and endpoint start-up overhead for the SimGrid executor.
 
 :func:`dragonfly` builds a :class:`~repro.collectives.platforms.Platform` (pure
-python, written as SimGrid XML with explicit routes) for a Dragonfly of
+python) for a Dragonfly of
 ``groups`` groups of ``routers`` routers with ``hosts_per_router`` hosts each;
 routers of a group are fully connected and every pair of groups is joined by
 one global link.  Minimal routing: up to the source router, a local hop to
@@ -10,6 +10,12 @@ to the destination router (if needed), down to the host (at most 5 links).
 Valiant (non-minimal) routing sends every inter-group message through an
 intermediate group, chosen per (source, destination) pair, which spreads the
 load of one group pair over many global links (at most 7 links).
+
+Minimal routing is written as SimGrid zones (a leaf zone per router holding
+its hosts, a zone per group whose zone routes are the local links, a top
+zone whose zone routes are the global links), so SimGrid composes the routes
+and thousands of hosts fit; Valiant's intermediate group depends on both
+hosts, so it is written with explicit all-pair routes (a few hundred hosts).
 
 :func:`with_endpoint_overhead` adds a per-message start-up latency (software
 and NIC overhead, the ``alpha`` of the alpha-beta model) at both ends of every
@@ -20,9 +26,8 @@ route, as non-limiting FATPIPE links, so that a simulated message costs
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 
-from repro.collectives.platforms import Platform
+from repro.collectives.platforms import Link, Platform, Zone, ZoneRoute, wrap_host_routes
 from repro.validation import check_nonneg, check_positive, check_positive_int
 
 
@@ -95,17 +100,22 @@ def dragonfly(groups: int, routers: int, hosts_per_router: int, bandwidth: float
     def local(g: int, r1: int, r2: int) -> list[str]:
         return [] if r1 == r2 else [pf.add_link(f"g{g}:r{r1}->r{r2}", bandwidth, sw)]
 
+    def wire(g1: int, g2: int) -> str:
+        return pf.add_link(f"G{g1}->G{g2}", gbw, sw)
+
+    if routing == "minimal" or groups < 3:
+        return _minimal_zones(pf, groups, a, p, up, down, local, wire)
     for i, j in itertools.permutations(range(len(pf.hosts)), 2):
         (g1, r1), (g2, r2) = where[i], where[j]
         route = [up(i)]
         if g1 == g2:
             route += local(g1, r1, r2)
         else:
-            hops = [g1, g2] if routing == "minimal" or groups < 3 else [g1, valiant_group(i, j, g1, g2, groups), g2]
             at = r1
+            hops = [g1, valiant_group(i, j, g1, g2, groups), g2]
             for ga, gb in zip(hops, hops[1:]):
                 route += local(ga, at, global_router(ga, gb, groups, a))
-                route.append(pf.add_link(f"G{ga}->G{gb}", gbw, sw))
+                route.append(wire(ga, gb))
                 at = global_router(gb, ga, groups, a)
             route += local(g2, at, r2)
         route.append(down(j))
@@ -113,18 +123,43 @@ def dragonfly(groups: int, routers: int, hosts_per_router: int, bandwidth: float
     return pf
 
 
+def _minimal_zones(pf: Platform, groups: int, routers: int, per_router: int, up, down, local, wire) -> Platform:
+    """Minimal routing as zones: router leaves in group zones in one top zone (see the module docstring)."""
+    router = [[f"g{g}r{r}" for r in range(routers)] for g in range(groups)]
+
+    def leaf(g: int, r: int) -> Zone:
+        first = (g * routers + r) * per_router
+        hosts = list(range(first, first + per_router))
+        routes = {(pf.hosts[h], router[g][r]): (up(h),) for h in hosts}
+        routes |= {(router[g][r], pf.hosts[h]): (down(h),) for h in hosts}
+        routes |= {(pf.hosts[i], pf.hosts[j]): (up(i), down(j)) for i, j in itertools.permutations(hosts, 2)}
+        return Zone(f"zone_g{g}r{r}", hosts=hosts, routers=[router[g][r]], routes=routes)
+
+    def group(g: int) -> Zone:
+        pairs = itertools.permutations(range(routers), 2)
+        return Zone(f"zone_g{g}", children=[leaf(g, r) for r in range(routers)],
+                    zone_routes={(f"zone_g{g}r{r1}", f"zone_g{g}r{r2}"):
+                                 ZoneRoute(router[g][r1], router[g][r2], tuple(local(g, r1, r2))) for r1, r2 in pairs})
+
+    top = Zone(f"zone_{pf.name}", children=[group(g) for g in range(groups)],
+               zone_routes={(f"zone_g{g1}", f"zone_g{g2}"):
+                            ZoneRoute(router[g1][global_router(g1, g2, groups, routers)],
+                                      router[g2][global_router(g2, g1, groups, routers)], (wire(g1, g2),))
+                            for g1, g2 in itertools.permutations(range(groups), 2)})
+    return Platform(pf.name, pf.hosts, pf.links, {}, pf.host_speed, top)
+
+
 def with_endpoint_overhead(platform: Platform, alpha: float) -> Platform:
     """A copy of ``platform`` whose every route also pays ``alpha`` seconds of start-up.
 
     Half of ``alpha`` is charged at the sender and half at the receiver, on
     per-host FATPIPE links (no bandwidth limit), so contention is unchanged.
+    A zoned platform stays zoned.
     """
     check_nonneg("alpha", alpha)
     if alpha == 0:
         return platform
-    pf = replace(platform, name=f"{platform.name}_a", links=dict(platform.links), routes={})
-    for (i, j), route in platform.routes.items():
-        tx = pf.add_link(f"sw_tx_{pf.hosts[i]}", 1e15, alpha / 2, "FATPIPE")
-        rx = pf.add_link(f"sw_rx_{pf.hosts[j]}", 1e15, alpha / 2, "FATPIPE")
-        pf.routes[(i, j)] = (tx, *route, rx)
-    return pf
+    tx = {i: Link(f"sw_tx_{h}", 1e15, alpha / 2, "FATPIPE") for i, h in enumerate(platform.hosts)}
+    rx = {i: Link(f"sw_rx_{h}", 1e15, alpha / 2, "FATPIPE") for i, h in enumerate(platform.hosts)}
+    return wrap_host_routes(platform, f"{platform.name}_a", lambda i: (tx[i].name,), lambda j: (rx[j].name,),
+                            {link.name: link for link in [*tx.values(), *rx.values()]})

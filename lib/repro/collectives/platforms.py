@@ -1,11 +1,23 @@
 """Network platforms for the SimGrid executor: pure-python builders and an XML writer.
 
 A :class:`Platform` is a set of hosts, *directed* links (one SimGrid link per
-direction, so the two directions never share bandwidth) and an explicit route
-(list of links) between every ordered pair of hosts.  It is written as a
-SimGrid XML platform with ``routing="Full"`` and explicit asymmetric routes,
-which is stable across SimGrid versions (unlike the programmatic NetZone API,
-which changed between 3.32 and 4.x).  Nothing here imports SimGrid.
+direction, so the two directions never share bandwidth) and a route (list of
+links) between every ordered pair of hosts, given in one of two forms:
+
+* **explicit**: ``routes[(i, j)]`` for every pair, written as one SimGrid zone
+  with ``routing="Full"`` (``p (p - 1)`` routes: a few hundred hosts at most);
+* **zoned**: a tree of :class:`Zone` objects, written as nested SimGrid zones
+  (each ``routing="Full"``) whose leaves hold hosts, routers and the routes
+  between them, and whose inner zones hold ``zoneRoute`` entries between
+  their children through gateway routers.  SimGrid composes a host-to-host
+  route itself (its hierarchical routing: source to the gateway, the zone
+  route, gateway to destination), so the file grows with the number of
+  zones, not with the square of the hosts.  :meth:`Platform.route` resolves a
+  route the same way in python, and :meth:`Platform.flattened` gives the
+  explicit form of a zoned platform (the two simulate identically).
+
+XML (version 4.1) is stable across SimGrid versions, unlike the programmatic
+NetZone API, which changed between 3.32 and 4.x.  Nothing here imports SimGrid.
 
 Builders: :func:`fully_connected`, :func:`two_dim_fc` (``R x C`` 2dfc / 2D
 HyperX without switches, dimension-ordered 2-hop routes), :func:`kautz`
@@ -19,7 +31,8 @@ optionally with parallel chord links).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from xml.sax.saxutils import quoteattr
 
 
@@ -33,9 +46,80 @@ class Link:
     sharing: str = "SHARED"
 
 
+@dataclass(frozen=True)
+class ZoneRoute:
+    """The route between two child zones of a :class:`Zone`.
+
+    Attributes
+    ----------
+    gw_src, gw_dst:
+        Gateway routers inside the source and destination child zones (at any depth).
+    links:
+        Links from ``gw_src`` to ``gw_dst``.
+    """
+
+    gw_src: str
+    gw_dst: str
+    links: tuple[str, ...]
+
+
+@dataclass
+class Zone:
+    """A SimGrid netzone with ``Full`` routing: a leaf (hosts, routers, routes) or an inner zone (children, zone routes).
+
+    Attributes
+    ----------
+    name:
+        Zone id; distinct from every host, router and other zone name.
+    hosts:
+        Indices (into :attr:`Platform.hosts`) of the hosts of a leaf.
+    routers:
+        Router names of a leaf (gateways of the zone routes above it).
+    routes:
+        Leaf routes ``routes[(a, b)]`` between the host and router names of the leaf.
+    children:
+        Child zones of an inner zone.
+    zone_routes:
+        ``zone_routes[(child_a, child_b)]`` for every ordered pair of child names.
+    """
+
+    name: str
+    hosts: list[int] = field(default_factory=list)
+    routers: list[str] = field(default_factory=list)
+    routes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    children: list[Zone] = field(default_factory=list)
+    zone_routes: dict[tuple[str, str], ZoneRoute] = field(default_factory=dict)
+
+    def walk(self) -> Iterator[Zone]:
+        """Every zone of the subtree rooted here, parents first."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+class ZoneRoutes(Mapping):
+    """The ``routes`` view of a zoned platform: host-pair routes resolved on demand (see :meth:`Platform.route`)."""
+
+    def __init__(self, platform: Platform) -> None:
+        self._platform = platform
+
+    def __getitem__(self, pair: tuple[int, int]) -> tuple[str, ...]:
+        i, j = pair
+        if i == j:
+            raise KeyError(pair)
+        return self._platform.route(i, j)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return itertools.permutations(range(len(self._platform.hosts)), 2)
+
+    def __len__(self) -> int:
+        n = len(self._platform.hosts)
+        return n * (n - 1)
+
+
 @dataclass
 class Platform:
-    """Hosts, directed links and the route of every ordered host pair.
+    """Hosts, directed links and the route of every ordered host pair (explicit or zoned).
 
     Attributes
     ----------
@@ -46,16 +130,25 @@ class Platform:
     links:
         Links by name.
     routes:
-        ``routes[(i, j)]`` = link names from host ``i`` to host ``j`` (``i != j``).
+        ``routes[(i, j)]`` = link names from host ``i`` to host ``j`` (``i != j``); for a
+        zoned platform a read-only view resolved from :attr:`zone`.
     host_speed:
         Host speed in flop/s (used only to turn ``gamma`` into compute time).
+    zone:
+        Root of the zone tree (zoned form), or ``None`` (explicit form).
     """
 
     name: str
     hosts: list[str]
     links: dict[str, Link] = field(default_factory=dict)
-    routes: dict[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
+    routes: Mapping[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
     host_speed: float = 1e9
+    zone: Zone | None = None
+
+    def __post_init__(self) -> None:
+        self._paths: dict[str, tuple[Zone, ...]] | None = None
+        if self.zone is not None:
+            self.routes = ZoneRoutes(self)
 
     def add_link(self, name: str, bandwidth: float, latency: float, sharing: str = "SHARED") -> str:
         """Add (or reuse, if identical) a link; return its name."""
@@ -64,20 +157,78 @@ class Platform:
             raise ValueError(f"link {name!r} defined twice with different parameters")
         return name
 
+    def route(self, i: int, j: int) -> tuple[str, ...]:
+        """Links from host ``i`` to host ``j``.
+
+        A zoned platform resolves it as SimGrid does: in the zone that is the
+        lowest common ancestor of both hosts, the leaf route if they share a
+        leaf; otherwise the route to the source gateway of the zone route
+        between the two children, its links, and the route from its
+        destination gateway (each resolved recursively).
+        """
+        if self.zone is None:
+            return self.routes[(i, j)]
+        return self._resolve(self.hosts[i], self.hosts[j])
+
+    def _zone_paths(self) -> dict[str, tuple[Zone, ...]]:
+        """Zones from the root down to the leaf holding each host and router."""
+        if self._paths is None:
+            paths: dict[str, tuple[Zone, ...]] = {}
+
+            def visit(zone: Zone, above: tuple[Zone, ...]) -> None:
+                here = (*above, zone)
+                for name in [self.hosts[h] for h in zone.hosts] + zone.routers:
+                    if name in paths:
+                        raise ValueError(f"netpoint {name!r} is in two zones")
+                    paths[name] = here
+                for child in zone.children:
+                    visit(child, here)
+
+            visit(self.zone, ())
+            self._paths = paths
+        return self._paths
+
+    def _resolve(self, src: str, dst: str) -> tuple[str, ...]:
+        paths = self._zone_paths()
+        ps, pd = paths[src], paths[dst]
+        k = 0
+        while k < min(len(ps), len(pd)) and ps[k] is pd[k]:
+            k += 1
+        if k == len(ps) == len(pd):
+            return ps[-1].routes[(src, dst)]
+        zr = ps[k - 1].zone_routes[(ps[k].name, pd[k].name)]
+        head = () if src == zr.gw_src else self._resolve(src, zr.gw_src)
+        tail = () if dst == zr.gw_dst else self._resolve(zr.gw_dst, dst)
+        return (*head, *zr.links, *tail)
+
     def route_latency(self, i: int, j: int) -> float:
         """Sum of the latencies along the route ``i -> j``."""
-        return sum(self.links[n].latency for n in self.routes[(i, j)])
+        return sum(self.links[n].latency for n in self.route(i, j))
 
     def route_bandwidth(self, i: int, j: int) -> float:
         """Bottleneck bandwidth of the route ``i -> j``."""
-        return min(self.links[n].bandwidth for n in self.routes[(i, j)])
+        return min(self.links[n].bandwidth for n in self.route(i, j))
 
     def hops(self, i: int, j: int) -> int:
         """Number of links on the route ``i -> j``."""
-        return len(self.routes[(i, j)])
+        return len(self.route(i, j))
+
+    def flattened(self) -> Platform:
+        """The explicit form: the same hosts and links, every host-pair route resolved."""
+        routes = {pair: self.route(*pair) for pair in itertools.permutations(range(len(self.hosts)), 2)}
+        return Platform(self.name, list(self.hosts), dict(self.links), routes, self.host_speed)
 
     def check(self) -> None:
-        """Raise ``ValueError`` unless every ordered pair has a route of known links."""
+        """Raise ``ValueError`` unless every ordered host pair has a route of known links.
+
+        A zoned platform is checked zone by zone (which implies every pair
+        resolves): every host in exactly one leaf, every leaf route between
+        all its netpoints, every inner zone with a route between all its
+        children through gateways inside them, no unknown link.
+        """
+        if self.zone is not None:
+            self._check_zones()
+            return
         n = len(self.hosts)
         for i, j in itertools.permutations(range(n), 2):
             route = self.routes.get((i, j))
@@ -87,23 +238,107 @@ class Platform:
             if missing:
                 raise ValueError(f"route {i}->{j} uses unknown links {missing}")
 
+    def _check_zones(self) -> None:
+        paths = self._zone_paths()
+        if set(paths) < set(self.hosts) or len({h for z in self.zone.walk() for h in z.hosts}) != len(self.hosts):
+            raise ValueError("every host must be in exactly one leaf zone")
+        names = [z.name for z in self.zone.walk()]
+        if len(set(names)) != len(names) or set(names) & set(paths):
+            raise ValueError("zone names must be distinct from each other and from hosts and routers")
+        depth = {id(self.zone): 0}
+        for zone in self.zone.walk():
+            depth.update({id(c): depth[id(zone)] + 1 for c in zone.children})
+            used = [*zone.routes.values(), *(zr.links for zr in zone.zone_routes.values())]
+            missing = sorted({x for route in used for x in route} - set(self.links))
+            if missing:
+                raise ValueError(f"zone {zone.name!r} uses unknown links {missing[:5]}")
+            if zone.children and (zone.hosts or zone.routers or zone.routes):
+                raise ValueError(f"zone {zone.name!r} has both children and hosts, routers or routes")
+            points = [self.hosts[h] for h in zone.hosts] + zone.routers
+            gaps = [pr for pr in itertools.permutations(points, 2) if pr not in zone.routes]
+            gaps += [pr for pr in itertools.permutations([c.name for c in zone.children], 2)
+                     if pr not in zone.zone_routes]
+            if gaps:
+                raise ValueError(f"zone {zone.name!r} has no route {gaps[0][0]} -> {gaps[0][1]}")
+            below = depth[id(zone)] + 1
+            for (a, b), zr in zone.zone_routes.items():
+                for gw, child in ((zr.gw_src, a), (zr.gw_dst, b)):
+                    where = paths.get(gw, ())
+                    if len(where) <= below or gw not in where[-1].routers or where[below].name != child:
+                        raise ValueError(f"gateway {gw!r} of zone route {a} -> {b} is not a router inside {child!r}")
+
     def to_xml(self) -> str:
-        """The platform as SimGrid XML (version 4.1, one Full-routing zone)."""
+        """The platform as SimGrid XML (version 4.1): one Full zone, or the zone tree."""
         self.check()
         out = ["<?xml version='1.0'?>",
                '<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">',
-               '<platform version="4.1">',
-               f'<zone id={quoteattr(self.name)} routing="Full">']
-        out += [f'<host id={quoteattr(h)} speed="{self.host_speed!r}f"/>' for h in self.hosts]
-        for link in self.links.values():
-            out.append(f'<link id={quoteattr(link.name)} bandwidth="{link.bandwidth!r}Bps" '
-                       f'latency="{link.latency!r}s" sharing_policy="{link.sharing}"/>')
-        for (i, j), route in sorted(self.routes.items()):
-            ctn = "".join(f"<link_ctn id={quoteattr(x)}/>" for x in route)
-            out.append(f'<route src={quoteattr(self.hosts[i])} dst={quoteattr(self.hosts[j])} '
-                       f'symmetrical="NO">{ctn}</route>')
-        out += ["</zone>", "</platform>", ""]
+               '<platform version="4.1">']
+        if self.zone is None:
+            out.append(f'<zone id={quoteattr(self.name)} routing="Full">')
+            out += [f'<host id={quoteattr(h)} speed="{self.host_speed!r}f"/>' for h in self.hosts]
+            out += [self._link_xml(link) for link in self.links.values()]
+            for (i, j), route in sorted(self.routes.items()):
+                out.append(_route_xml("route", self.hosts[i], self.hosts[j], route))
+            out.append("</zone>")
+        else:
+            self._zone_xml(self.zone, set(), out)
+        out += ["</platform>", ""]
         return "\n".join(out)
+
+    @staticmethod
+    def _link_xml(link: Link) -> str:
+        return (f'<link id={quoteattr(link.name)} bandwidth="{link.bandwidth!r}Bps" '
+                f'latency="{link.latency!r}s" sharing_policy="{link.sharing}"/>')
+
+    def _zone_xml(self, zone: Zone, declared: set[str], out: list[str]) -> None:
+        """Append ``zone`` as XML, children first; a link is declared in the first zone written that uses it.
+
+        SimGrid's parser takes a zone that starts with a link for a leaf, so an
+        inner zone lists its children before its own links and zone routes.
+        """
+        out.append(f'<zone id={quoteattr(zone.name)} routing="Full">')
+        for child in zone.children:
+            self._zone_xml(child, declared, out)
+        used = [*zone.routes.values(), *(zr.links for zr in zone.zone_routes.values())]
+        fresh = list(dict.fromkeys(x for route in used for x in route if x not in declared))
+        declared.update(fresh)
+        out += [f'<host id={quoteattr(self.hosts[h])} speed="{self.host_speed!r}f"/>' for h in zone.hosts]
+        out += [f"<router id={quoteattr(r)}/>" for r in zone.routers]
+        out += [self._link_xml(self.links[x]) for x in fresh]
+        out += [_route_xml("route", a, b, route) for (a, b), route in zone.routes.items()]
+        out += [_route_xml("zoneRoute", a, b, zr.links, zr.gw_src, zr.gw_dst) for (a, b), zr in zone.zone_routes.items()]
+        out.append("</zone>")
+
+
+def _route_xml(tag: str, src: str, dst: str, links: tuple[str, ...], gw_src: str | None = None,
+               gw_dst: str | None = None) -> str:
+    gws = "" if gw_src is None else f" gw_src={quoteattr(gw_src)} gw_dst={quoteattr(gw_dst)}"
+    ctn = "".join(f"<link_ctn id={quoteattr(x)}/>" for x in links)
+    return f'<{tag} src={quoteattr(src)} dst={quoteattr(dst)}{gws} symmetrical="NO">{ctn}</{tag}>'
+
+
+def wrap_host_routes(platform: Platform, name: str, before: Callable[[int], tuple[str, ...]],
+                     after: Callable[[int], tuple[str, ...]], links: Mapping[str, Link]) -> Platform:
+    """A copy of ``platform`` whose route ``i -> j`` is ``before(i) + route + after(j)``.
+
+    ``links`` are added to the copy.  A zoned platform keeps its zones: the
+    leaf routes that start at a host get ``before``, those that end at one
+    get ``after`` (hosts are never gateways, so every host-pair route gains
+    exactly one of each).
+    """
+    all_links = {**platform.links, **links}
+    hosts = list(platform.hosts)
+    if platform.zone is None:
+        routes = {(i, j): (*before(i), *route, *after(j)) for (i, j), route in platform.routes.items()}
+        return replace(platform, name=name, links=all_links, routes=routes)
+    index = {h: i for i, h in enumerate(hosts)}
+
+    def wrapped(zone: Zone) -> Zone:
+        routes = {(a, b): (*(before(index[a]) if a in index else ()), *route, *(after(index[b]) if b in index else ()))
+                  for (a, b), route in zone.routes.items()}
+        return replace(zone, routes=routes, children=[wrapped(c) for c in zone.children])
+
+    return Platform(name, hosts, all_links, {}, platform.host_speed, wrapped(platform.zone))
 
 
 def _direct(pf: Platform, i: int, j: int, bandwidth: float, latency: float) -> str:
