@@ -147,6 +147,8 @@ def provenance_markdown(record: dict[str, Any]) -> str:
         ("hardware", prov["hardware"]),
         ("rerun with", f"`{prov['command']}`"),
     ]
+    if prov.get("checkpoints_from"):
+        rows.append(("models", f"redrawn from the checkpoints of {prov['checkpoints_from']}, not retrained"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return f"```{{admonition}} Provenance of this page\n:class: note\n\n| | |\n|---|---|\n{table}\n```\n"
 

@@ -71,6 +71,7 @@ class Plan:
     profile: str
     values: dict[str, Any]
     expected_s: float | None
+    checkpoints_from: Path | None = None
 
 
 def chapter_inputs(chapter: Chapter, root: Path | None = None) -> list[Path]:
@@ -117,6 +118,44 @@ def expected_seconds(chapter_id: str, profile: str) -> float | None:
     return float(statistics.median(times[-5:])) if times else None
 
 
+REUSE_PARAMETER = "reuse_checkpoints"
+"""A chapter that declares this bool parameter can be redrawn from its published checkpoints without retraining."""
+CHECKPOINTS = "checkpoints"
+"""The folder of a run's set (``output_dir/checkpoints``) holding its trained models."""
+
+
+def checkpoint_source(chapter: Chapter, profile: str, values: dict[str, Any]) -> Path | None:
+    """The published checkpoints a run with ``reuse_checkpoints`` starts from (``None`` when it trains afresh).
+
+    The published run at the same profile must have checkpoints and have been
+    made with the same values of every other parameter, so that what is
+    redrawn is what those values would have trained.
+
+    Raises
+    ------
+    repro.params.ParameterError
+        Naming ``reuse_checkpoints``, when there is nothing to reuse or it was
+        trained with other values (the differing parameters are listed).
+    """
+    if not values.get(REUSE_PARAMETER):
+        return None
+    published = published_dir(chapter.id, profile)
+    folder = published / CHECKPOINTS
+    record = published / "record.json"
+    if not record.is_file() or not folder.is_dir() or not any(folder.iterdir()):
+        raise params.ParameterError(
+            f"parameter {REUSE_PARAMETER!r}: there is no published {profile} run of {chapter.id!r} with checkpoints; "
+            f"run it once with {REUSE_PARAMETER}=false")
+    old = json.loads(record.read_text())["parameters"]
+    differ = [k for k in sorted(set(old) | set(values)) if k != REUSE_PARAMETER and old.get(k) != values.get(k)]
+    if differ:
+        got = "; ".join(f"{k}: {old.get(k)!r} there, {values.get(k)!r} here" for k in differ)
+        raise params.ParameterError(
+            f"parameter {REUSE_PARAMETER!r}: the published {profile} run of {chapter.id!r} was trained with other "
+            f"values ({got}); run with {REUSE_PARAMETER}=false to train with these")
+    return folder
+
+
 def plan(chapter_id: str, profile: str = params.DEFAULT_PROFILE, overrides: list[str] | None = None) -> Plan:
     """Validate a run request; raises before any kernel starts.
 
@@ -141,7 +180,8 @@ def plan(chapter_id: str, profile: str = params.DEFAULT_PROFILE, overrides: list
     values = params.resolve(chapter, profile, parsed)
     for name in chapter.datasets:
         datasets.verify(name)
-    return Plan(chapter, profile, values, expected_seconds(chapter_id, profile))
+    return Plan(chapter, profile, values, expected_seconds(chapter_id, profile),
+                checkpoint_source(chapter, profile, values))
 
 
 def strip_volatile(nb: dict[str, Any]) -> dict[str, Any]:
@@ -209,6 +249,8 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
         if staging.exists():
             shutil.rmtree(staging)
         (staging / "figures").mkdir(parents=True)
+        if p.checkpoints_from is not None:  # the published set is replaced at the end; its models start this one
+            shutil.copytree(p.checkpoints_from, staging / CHECKPOINTS)
         staged_nb = staging / "executed.ipynb"
         values = {**p.values, "profile": p.profile, "output_dir": str(staging)}
         os.environ.setdefault("REPRO_ROOT", str(root))
@@ -256,6 +298,7 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
                 "hardware": results.hardware(),
                 "python": sys.version.split()[0],
                 "command": command_line(p, overrides),
+                **({"checkpoints_from": _trained_by(p.checkpoints_from)} if p.checkpoints_from else {}),
             },
             "figures": sorted(f.name for f in (staging / "figures").iterdir()),
         }
@@ -273,6 +316,17 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
         shutil.rmtree(kernel_tmp, ignore_errors=True)
         _remove_empty_parents(staging)
         lock.close()
+
+
+def _trained_by(checkpoints: Path) -> str:
+    """Which earlier run trained reused checkpoints: its git commit and when it finished."""
+    published = checkpoints.parent
+    prov = json.loads((published / "record.json").read_text()).get("provenance", {})
+    trained = prov.get("checkpoints_from")  # a redraw of a redraw names the run that trained
+    if trained:
+        return trained
+    run = json.loads((published / "run.json").read_text()) if (published / "run.json").is_file() else {}
+    return f"the run of {prov.get('git_sha', '?')} finished at {run.get('finished_at', '?')}"
 
 
 _ENGINE_LOGGERS = ("papermill", "nbclient", "asyncio", "traitlets", "jupyter_client")

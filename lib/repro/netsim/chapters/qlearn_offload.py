@@ -8,16 +8,16 @@ sweep at the default interval; :func:`claims` turns the default point into the l
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, replace
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from repro.checkpoints import trained
 from repro.netsim.figures import learning_curves, metric_panels
 from repro.netsim.heuristics import AllCellular, FixedProbability, GreedyOpportunistic
 from repro.netsim.oppcomm_agents import Outcome, Scenario, evaluate, greedy_q, train_q_agents
-from repro.netsim.qlearning import QLearningConfig
+from repro.netsim.qlearning import QLearningConfig, TabularQ
 from repro.parallel import parallel_map
 
 HELD_OUT = 1000  # evaluation mobility seed = HELD_OUT + training seed
@@ -44,6 +44,8 @@ class OffloadJob:
         Reward weight of the relay and wait terms.
     checkpoint_dir
         Where the trained tables are saved (``None``: not saved).
+    reuse
+        Load the tables and the learning curve from ``checkpoint_dir`` instead of training.
     """
 
     scenario: Scenario
@@ -53,6 +55,7 @@ class OffloadJob:
     fixed_p: float = 0.5
     theta: float = 0.5
     checkpoint_dir: str | None = None
+    reuse: bool = False
 
     @property
     def checkpoint_name(self) -> str:
@@ -72,12 +75,17 @@ class OffloadResult:
 
 
 def run(job: OffloadJob) -> OffloadResult:
-    """Train, save and evaluate one job."""
+    """Train and save (or, with ``job.reuse``, load) one job's tables, and evaluate them."""
     sc = job.scenario
-    agent, curve = train_q_agents(sc, job.episodes, job.seed, job.qconfig, job.theta)
-    path = None
-    if job.checkpoint_dir is not None:
-        path = str(agent.save(Path(job.checkpoint_dir) / job.checkpoint_name))
+
+    def train() -> tuple[TabularQ, dict]:
+        agent, curve = train_q_agents(sc, job.episodes, job.seed, job.qconfig, job.theta)
+        return agent, {"curve": [asdict(o) for o in curve]}
+
+    model = trained(job.checkpoint_dir, job.checkpoint_name, job.reuse, train, lambda a, path: a.save(path),
+                    lambda path: TabularQ.load(path, job.qconfig))
+    agent, curve = model.model, [Outcome(**o) for o in model.extras["curve"]]
+    path = None if model.path is None else str(model.path)
     test = HELD_OUT + job.seed
     policies = {
         "Q-learning": greedy_q(agent),
@@ -91,16 +99,17 @@ def run(job: OffloadJob) -> OffloadResult:
 
 def sweep(base: Scenario, gen_intervals: list[int], deltas: list[float], seeds: list[int], episodes: int,
           qconfig: QLearningConfig, fixed_p: float, theta: float, checkpoint_dir: str | None,
-          workers: int = 1) -> list[OffloadResult]:
+          workers: int = 1, reuse: bool = False) -> list[OffloadResult]:
     """The interval sweep at ``base.delta_s`` and the deadline sweep at ``base.gen_interval_s``, every seed.
 
-    The default point (``base``) is run once and shared by both sweeps.
+    The default point (``base``) is run once and shared by both sweeps.  With
+    ``reuse`` every job loads its tables from ``checkpoint_dir`` instead of training.
     """
     points = [replace(base, gen_interval_s=g) for g in gen_intervals]
     points += [replace(base, delta_s=float(d)) for d in deltas if float(d) != base.delta_s]
     if base not in points:
         points.insert(0, base)
-    jobs = [OffloadJob(p, episodes, s, qconfig, fixed_p, theta, checkpoint_dir) for p in points for s in seeds]
+    jobs = [OffloadJob(p, episodes, s, qconfig, fixed_p, theta, checkpoint_dir, reuse) for p in points for s in seeds]
     return parallel_map(run, jobs, workers=workers, desc="qlearn-offload runs")
 
 
