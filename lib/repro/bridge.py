@@ -11,6 +11,12 @@ Public API (stable):
         ``denoiser(x_t, t, cond)`` works (condition tensors may be vectors or image-shaped maps).
     Helpers: ``guided_prediction`` (classifier-free guidance), ``drop_condition``, ``sampling_steps``, ``EMA``.
 
+Devices: the denoiser computes wherever it was moved (``denoiser.to(device)``).
+:func:`train_bridge` and :func:`bridge_sample` draw every random number (batch
+orders, steps, noise, condition drops) on the CPU and move the batches to the
+denoiser's device, so a run sees the same draws on every device;
+:func:`bridge_sample` returns its samples on ``x_source``'s device.
+
 General over shapes: designs are tensors ``(B, ...)`` (vectors for offline
 optimisation, images for an image-to-image translation), and the denoiser is any module called as
 ``denoiser(x_t, t, cond)`` with integer steps ``t`` of shape ``(B,)`` and a
@@ -101,7 +107,7 @@ class BridgeSchedule:
 
 def _bcast(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Reshape a per-sample vector ``(B,)`` to broadcast against ``like`` ``(B, ...)``."""
-    return v.to(like.dtype).reshape(-1, *([1] * (like.ndim - 1)))
+    return v.to(device=like.device, dtype=like.dtype).reshape(-1, *([1] * (like.ndim - 1)))
 
 
 def bridge_marginal(
@@ -155,8 +161,8 @@ def q_sample(
         ``x_t`` and ``x_t - x_target = m_t (x_source - x_target) + sqrt(var_t) noise``.
     """
     if noise is None:
-        noise = torch.randn(x_target.shape, generator=generator, dtype=x_target.dtype)
-    t = torch.as_tensor(t, dtype=torch.long)
+        noise = torch.randn(x_target.shape, generator=generator, dtype=x_target.dtype).to(x_target.device)
+    t = torch.as_tensor(t, dtype=torch.long, device="cpu")
     if t.min() < 0 or t.max() >= schedule.n_timesteps:
         raise ValueError(f"t must lie in [0, {schedule.n_timesteps}), got values in [{int(t.min())}, {int(t.max())}]")
     m, var = schedule.m[t], schedule.var[t]
@@ -269,7 +275,8 @@ def drop_condition(
     """
     if not 0.0 <= p_uncond <= 1.0:
         raise ValueError(f"p_uncond must lie in [0, 1], got {p_uncond}")
-    null = torch.zeros_like(cond) if null_cond is None else torch.as_tensor(null_cond, dtype=cond.dtype).expand_as(cond)
+    null = torch.zeros_like(cond) if null_cond is None else torch.as_tensor(null_cond, dtype=cond.dtype,
+                                                                             device=cond.device).expand_as(cond)
     drop = torch.rand(cond.shape[0], generator=generator) < p_uncond
     return torch.where(_bcast(drop, cond).bool(), null, cond)
 
@@ -366,6 +373,11 @@ def train_bridge(
     -------
     BridgeTrainResult
         The trained model, its EMA copy and the loss log.
+
+    Notes
+    -----
+    The pairs may live on the CPU; each batch is drawn there and moved to
+    the denoiser's device for the forward and backward passes.
     """
     schedule = schedule or BridgeSchedule()
     n = _check_pairs(x_source, x_target, cond)
@@ -374,6 +386,7 @@ def train_bridge(
     lr = check_positive("lr", lr)
     check_choice("loss", loss, ("l1", "l2"))
     gen = torch.Generator().manual_seed(int(seed))
+    dev = next(denoiser.parameters()).device
     opt = torch.optim.Adam(denoiser.parameters(), lr=lr)
     ema = EMA(denoiser, ema_decay) if ema_decay is not None else None
     history: list[dict[str, float]] = []
@@ -390,9 +403,9 @@ def train_bridge(
             xs, xt = x_source[idx], x_target[idx]
             t = torch.randint(0, schedule.n_timesteps, (len(idx),), generator=gen)
             x_t, objective = q_sample(schedule, xt, xs, t, generator=gen)
-            c = None if cond is None else drop_condition(cond[idx], p_uncond, gen, null_cond)
-            pred = denoiser(x_t, t, c)
-            err = pred - objective
+            c = None if cond is None else drop_condition(cond[idx], p_uncond, gen, null_cond).to(dev)
+            pred = denoiser(x_t.to(dev), t.to(dev), c)
+            err = pred - objective.to(dev)
             batch_loss = err.abs().mean() if loss == "l1" else (err * err).mean()
             opt.zero_grad(set_to_none=True)
             batch_loss.backward()
@@ -433,7 +446,8 @@ def guided_prediction(
     pred = denoiser(x_t, t, cond)
     if cond is None or guidance == 0.0:
         return pred
-    null = torch.zeros_like(cond) if null_cond is None else torch.as_tensor(null_cond, dtype=cond.dtype).expand_as(cond)
+    null = torch.zeros_like(cond) if null_cond is None else torch.as_tensor(null_cond, dtype=cond.dtype,
+                                                                             device=cond.device).expand_as(cond)
     return (1.0 + guidance) * pred - guidance * denoiser(x_t, t, null)
 
 
@@ -491,7 +505,7 @@ def bridge_sample(
     Returns
     -------
     torch.Tensor
-        The samples, shape ``(B, ...)``.
+        The samples, shape ``(B, ...)``, on ``x_source``'s device (the walk runs on the denoiser's).
     """
     schedule = schedule or BridgeSchedule()
     eta = check_nonneg("eta", eta)
@@ -499,14 +513,16 @@ def bridge_sample(
     steps = sampling_steps(schedule.n_timesteps, n_steps)
     m_all, var_all = schedule.m, schedule.var
     gen = torch.Generator().manual_seed(int(seed))
-    y = x_source
-    x = x_source.clone()
+    dev = next(denoiser.parameters()).device
+    y = x_source.to(dev)
+    x = y.clone()
+    cond = None if cond is None else cond.to(dev)
     b = x.shape[0]
     for i, t in enumerate(steps):
-        tt = torch.full((b,), t, dtype=torch.long)
+        tt = torch.full((b,), t, dtype=torch.long, device=dev)
         x0 = x - guided_prediction(denoiser, x, tt, cond, guidance, null_cond)
         if i == len(steps) - 1:
-            return x0
+            return x0.to(x_source.device)
         s = steps[i + 1]
         m_t, m_s = float(m_all[t]), float(m_all[s])
         v_t, v_s = float(var_all[t]), float(var_all[s])
@@ -519,5 +535,5 @@ def bridge_sample(
         c = sigma2 if variance == "bbdm" else eta**2 * sigma2
         x = (1.0 - m_s) * x0 + m_s * y + np.sqrt(max(v_s - c, 0.0)) * e
         if eta > 0 and sigma2 > 0:
-            x = x + eta * np.sqrt(sigma2) * torch.randn(x.shape, generator=gen, dtype=x.dtype)
-    return x
+            x = x + eta * np.sqrt(sigma2) * torch.randn(x.shape, generator=gen, dtype=x.dtype).to(dev)
+    return x.to(x_source.device)

@@ -62,7 +62,7 @@ def to_signed(img01: np.ndarray) -> torch.Tensor:
 
 def to_unit(signed: torch.Tensor) -> np.ndarray:
     """Inverse of :func:`to_signed`, clipped to ``[0, 1]``: ``(n, H, W)`` float32."""
-    return np.clip((signed[:, 0].numpy() + 1.0) / 2.0, 0.0, 1.0).astype(np.float32)
+    return np.clip((signed[:, 0].cpu().numpy() + 1.0) / 2.0, 0.0, 1.0).astype(np.float32)
 
 
 def attenuation_channel(ct_hu: np.ndarray) -> np.ndarray:
@@ -72,7 +72,8 @@ def attenuation_channel(ct_hu: np.ndarray) -> np.ndarray:
 
 
 def train_segmenter(
-    ct01: np.ndarray, hot: np.ndarray, config: UNetConfig, *, epochs: int, batch_size: int, lr: float, seed: int
+    ct01: np.ndarray, hot: np.ndarray, config: UNetConfig, *, epochs: int, batch_size: int, lr: float, seed: int,
+    device: torch.device | str = "cpu",
 ) -> UNet:
     """Train the attention-map segmenter: CT ``(n, H, W)`` to hot-spot mask, Dice loss, Adam.
 
@@ -88,14 +89,16 @@ def train_segmenter(
         Optimisation settings.
     seed
         Seed of the initial weights and the batch order.
+    device
+        Where it trains (weights are initialised and batches ordered on the CPU).
 
     Returns
     -------
     UNet
-        The trained segmenter (in eval mode).
+        The trained segmenter (in eval mode, on ``device``).
     """
     torch.manual_seed(int(seed))
-    net = UNet(config)
+    net = UNet(config).to(device)
     x, y = to_signed(ct01), torch.from_numpy(np.asarray(hot, dtype=np.float32))[:, None]
     gen = torch.Generator().manual_seed(int(seed))
     opt = torch.optim.Adam(net.parameters(), lr=lr)
@@ -104,7 +107,7 @@ def train_segmenter(
         perm = torch.randperm(len(x), generator=gen)
         for start in range(0, len(x), batch_size):
             idx = perm[start : start + batch_size]
-            loss = dice_loss(net(x[idx]), y[idx])
+            loss = dice_loss(net(x[idx].to(device)), y[idx].to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -114,7 +117,8 @@ def train_segmenter(
 @torch.no_grad()
 def attention_channel(segmenter: UNet, ct01: np.ndarray) -> np.ndarray:
     """The binarised (at 0.5) predicted hot-spot mask, as ``{-1, 1}`` float32 ``(n, H, W)``."""
-    prob = torch.sigmoid(segmenter(to_signed(ct01)))[:, 0].numpy()
+    dev = next(segmenter.parameters()).device
+    prob = torch.sigmoid(segmenter(to_signed(ct01).to(dev)))[:, 0].cpu().numpy()
     return np.where(prob > 0.5, 1.0, -1.0).astype(np.float32)
 
 
@@ -162,6 +166,7 @@ def train_translator(
     unet: UNetConfig,
     settings: BridgeSettings,
     seed: int,
+    device: torch.device | str = "cpu",
 ) -> UNet:
     """Train a bridge denoiser from CT to PET with the chosen condition maps.
 
@@ -180,16 +185,18 @@ def train_translator(
         Bridge settings.
     seed
         Seed of the weights, batches, steps and noise.
+    device
+        Where it trains (every random draw stays on the CPU, see :mod:`repro.bridge`).
 
     Returns
     -------
     UNet
-        The trained denoiser.
+        The trained denoiser, on ``device``.
     """
     torch.manual_seed(int(seed))
     config = UNetConfig(unet.in_channels, maps.channels, unet.out_channels, unet.base, unet.levels, settings.schedule.n_timesteps)
     result = train_bridge(
-        UNet(config),
+        UNet(config).to(device),
         to_signed(ct01),
         to_signed(pet01),
         cond,
@@ -206,7 +213,7 @@ def train_translator(
 
 
 def translate(denoiser: UNet, ct01: np.ndarray, cond: torch.Tensor | None, settings: BridgeSettings, seed: int) -> np.ndarray:
-    """Sample PET estimates ``(n, H, W)`` in ``[0, 1]`` from normalised CT by the reverse bridge."""
+    """Sample PET estimates ``(n, H, W)`` in ``[0, 1]`` from normalised CT by the reverse bridge (on the denoiser's device)."""
     out = bridge_sample(
         denoiser, to_signed(ct01), cond, schedule=settings.schedule, n_steps=settings.sample_steps, eta=settings.eta, seed=seed
     )

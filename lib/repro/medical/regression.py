@@ -16,7 +16,8 @@ from repro.medical.unet import UNet, UNetConfig
 
 
 def train_regression(
-    ct01: np.ndarray, pet01: np.ndarray, config: UNetConfig, *, epochs: int, batch_size: int, lr: float, seed: int
+    ct01: np.ndarray, pet01: np.ndarray, config: UNetConfig, *, epochs: int, batch_size: int, lr: float, seed: int,
+    device: torch.device | str = "cpu",
 ) -> UNet:
     """Fit ``PET = UNet(CT)`` with an L1 loss and Adam.
 
@@ -30,16 +31,18 @@ def train_regression(
         Optimisation settings.
     seed
         Seed of the weights and the batch order.
+    device
+        Where it trains (weights are initialised and batches ordered on the CPU).
 
     Returns
     -------
     UNet
-        The trained network (in eval mode).
+        The trained network (in eval mode, on ``device``).
     """
     if config.n_timesteps or config.cond_channels:
         raise ValueError("the regression UNet takes the CT alone: n_timesteps and cond_channels must be 0")
     torch.manual_seed(int(seed))
-    net = UNet(config)
+    net = UNet(config).to(device)
     x, y = to_signed(ct01), to_signed(pet01)
     gen = torch.Generator().manual_seed(int(seed))
     opt = torch.optim.Adam(net.parameters(), lr=lr)
@@ -48,7 +51,7 @@ def train_regression(
         perm = torch.randperm(len(x), generator=gen)
         for start in range(0, len(x), batch_size):
             idx = perm[start : start + batch_size]
-            loss = (net(x[idx]) - y[idx]).abs().mean()
+            loss = (net(x[idx].to(device)) - y[idx].to(device)).abs().mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -57,5 +60,5 @@ def train_regression(
 
 @torch.no_grad()
 def predict(net: UNet, ct01: np.ndarray) -> np.ndarray:
-    """PET estimates ``(n, H, W)`` in ``[0, 1]`` from normalised CT."""
-    return to_unit(net(to_signed(ct01)))
+    """PET estimates ``(n, H, W)`` in ``[0, 1]`` from normalised CT (computed on the network's device)."""
+    return to_unit(net(to_signed(ct01).to(next(net.parameters()).device)))

@@ -162,17 +162,18 @@ class ReportGenerator(nn.Module):
 
     @torch.no_grad()
     def generate(self, volumes: torch.Tensor, max_len: int) -> np.ndarray:
-        """Greedy decoding: token ids ``(B, max_len)`` after ``<bos>``."""
-        feat = self.encode(volumes)
+        """Greedy decoding: token ids ``(B, max_len)`` after ``<bos>`` (computed on the model's device)."""
+        dev = next(self.parameters()).device
+        feat = self.encode(volumes.to(dev))
         h = feat[None].contiguous()
-        tok = torch.full((volumes.shape[0], 1), 1, dtype=torch.long)
+        tok = torch.full((volumes.shape[0], 1), 1, dtype=torch.long, device=dev)
         out = []
         for _ in range(max_len):
             step = torch.cat([self.embed(tok), feat[:, None, :]], dim=2)
             y, h = self.gru(step, h)
             tok = self.out(y).argmax(-1)
             out.append(tok)
-        return torch.cat(out, dim=1).numpy()
+        return torch.cat(out, dim=1).cpu().numpy()
 
 
 def save_generator(
@@ -197,7 +198,8 @@ def save_generator(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(
-        {"state_dict": model.state_dict(), "config": asdict(model.config), "vocabulary": list(vocab.tokens),
+        {"state_dict": {k: v.cpu() for k, v in model.state_dict().items()},  # loadable without the training device
+         "config": asdict(model.config), "vocabulary": list(vocab.tokens),
          "scaling": asdict(scaling), **meta},
         path,
     )
@@ -231,7 +233,7 @@ def train_generator(
     Parameters
     ----------
     model
-        The generator, trained in place.
+        The generator, trained in place on its device (batches are ordered on the CPU and moved there).
     volumes
         ``(n, 2, D, H, W)`` float32 inputs.
     token_ids
@@ -251,6 +253,7 @@ def train_generator(
     x = torch.from_numpy(np.ascontiguousarray(volumes, dtype=np.float32))
     y = torch.from_numpy(token_ids)
     gen = torch.Generator().manual_seed(int(seed))
+    dev = next(model.parameters()).device
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     model.train()
@@ -259,8 +262,9 @@ def train_generator(
         total = 0.0
         for start in range(0, len(x), batch_size):
             idx = perm[start : start + batch_size]
-            logits = model(x[idx], y[idx, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[idx, 1:].reshape(-1), ignore_index=0)
+            xb, yb = x[idx].to(dev), y[idx].to(dev)
+            logits = model(xb, yb[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb[:, 1:].reshape(-1), ignore_index=0)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -181,7 +181,8 @@ def save_unet(net: UNet, path: str | Path, meta: dict[str, Any]) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": net.state_dict(), "config": asdict(net.config), **meta}, path)
+    state = {k: v.cpu() for k, v in net.state_dict().items()}  # loadable on a machine without the training device
+    torch.save({"state_dict": state, "config": asdict(net.config), **meta}, path)
     return path
 
 

@@ -5,7 +5,10 @@ attention segmenter once, then five translators on the same data: the plain
 bridge (BBDM), the bridge with the attenuation map, with the attention map,
 with both (CPDM), and the L1 regression UNet.  Each is scored on the test
 slices (PSNR, SSIM, MAE, whole image and inside lesion masks) and saved as a
-checkpoint under ``output_dir/checkpoints/``.
+checkpoint under ``output_dir/checkpoints/``.  The networks train and sample
+on the ``device`` parameter's device; phantoms, batch orders and the bridge's
+noise are drawn on the CPU, so every device sees the same ones, and
+checkpoints are saved with CPU tensors.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pandas as pd
 import torch
 
 from repro.bridge import BridgeSchedule
+from repro.devices import resolve_device, synchronize
 from repro.medical.cpdm import (
     BridgeSettings,
     MapChoice,
@@ -82,6 +86,7 @@ class CpdmParams:
     n_examples: int
     seeds: tuple[int, ...]
     workers: int
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
@@ -184,6 +189,7 @@ def run_seed(job: SeedJob) -> SeedResult:
     """
     torch.set_num_threads(job.threads)
     p, seed = job.params, job.seed
+    dev = resolve_device(p.device)
     data = generate_set(p.n_train + p.n_test, phantom_config(p), seed)
     ct01 = normalise_ct(data.ct_hu[:, 0])
     pet01 = normalise_pet(data.pet[:, 0], p.suv_max)
@@ -195,7 +201,7 @@ def run_seed(job: SeedJob) -> SeedResult:
     plain = UNetConfig(base=p.base_channels, levels=p.levels)
     seg = train_segmenter(
         ct01[train], hot_spot_mask(pet01[train], p.hot_threshold), plain,
-        epochs=p.seg_epochs, batch_size=p.batch_size, lr=p.lr, seed=seed,
+        epochs=p.seg_epochs, batch_size=p.batch_size, lr=p.lr, seed=seed, device=dev,
     )
     save_unet(seg, ckpt / f"segmenter_seed{seed}.pt", meta)
     attention = attention_channel(seg, ct01)
@@ -211,13 +217,17 @@ def run_seed(job: SeedJob) -> SeedResult:
     for arm in ARMS:
         start = time.perf_counter()
         if arm == "l1_unet":
-            net = train_regression(ct01[train], pet01[train], plain, epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, seed=seed)
+            net = train_regression(ct01[train], pet01[train], plain, epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, seed=seed,
+                                   device=dev)
+            synchronize(dev)
             seconds = time.perf_counter() - start
             estimate = predict(net, ct01[test])
         else:
             maps = ARM_MAPS[arm]
             cond = condition_stack(maps, attenuation, attention)
-            net = train_translator(maps, ct01[train], pet01[train], None if cond is None else cond[train], plain, settings, seed)
+            net = train_translator(maps, ct01[train], pet01[train], None if cond is None else cond[train], plain, settings, seed,
+                                   device=dev)
+            synchronize(dev)
             seconds = time.perf_counter() - start
             estimate = translate(net, ct01[test], None if cond is None else cond[test], settings, seed)
         path = str(save_unet(net, ckpt / f"{arm}_seed{seed}.pt", meta))

@@ -8,7 +8,10 @@ itself.  A report generator is pre-trained on the general CT+PET data
 **in-domain CT+PET** arm); a second generator sees the CT only, with the PET
 channel blanked, in pre-training and in fine-tuning (the **CT only** arm).  All three write reports for the same in-domain test
 volumes, scored by BLEU-4, ROUGE-L and per-field clinical accuracy read by
-the rule-based extractor.  Networks are saved under ``output_dir/checkpoints/``.
+the rule-based extractor.  Networks are saved under ``output_dir/checkpoints/``
+(with CPU tensors).  They train and decode on the ``device`` parameter's
+device; weights are initialised and batches ordered on the CPU, so every
+device starts from the same ones.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from repro.devices import resolve_device
 from repro.medical.figures import show_ct, show_pet
 from repro.medical.phantom import SITES, PhantomConfig, PhantomSet, generate_set, normalise_ct, normalise_pet
 from repro.medical.report_generator import (
@@ -74,6 +78,7 @@ class VimedpetParams:
     n_examples: int
     seeds: tuple[int, ...]
     workers: int
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
@@ -195,6 +200,7 @@ def run_seed(job: SeedJob) -> SeedResult:
     """
     torch.set_num_threads(job.threads)
     p, seed = job.params, job.seed
+    dev = resolve_device(p.device)
     general = generate_set(p.n_general, general_config(p), GENERAL_SEED_OFFSET + seed)
     domain = generate_set(p.n_train + p.n_test, in_domain_config(p), seed)
     general_reports = [render(f) for f in general.findings]
@@ -213,7 +219,7 @@ def run_seed(job: SeedJob) -> SeedResult:
     pretrained, losses = {}, {}
     for variant, x_pre in (("ctpet", x_general), ("ct_only", blank_pet(x_general))):
         torch.manual_seed(seed)
-        pretrained[variant] = ReportGenerator(config)
+        pretrained[variant] = ReportGenerator(config).to(dev)
         losses[variant] = train_generator(pretrained[variant], x_pre, general_ids, epochs=p.pretrain_epochs,
                                           batch_size=p.batch_size, lr=p.lr, seed=seed, desc=f"pre-training ({variant})")
     save_generator(pretrained["ct_only"], vocab, scaling, ckpt / f"pretrained_ct_only_seed{seed}.pt", meta)
