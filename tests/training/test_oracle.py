@@ -10,7 +10,7 @@ from torch import nn
 
 from repro.training.cost import Network
 from repro.training.layertable import LayerRow, layer_table
-from repro.training.oracle import PlatformConstants, predict, split_stages
+from repro.training.oracle import PlatformConstants, largest_micro_batch, predict, split_stages
 
 PLAT = PlatformConstants(1e9, 1e9, Network(alpha=1e-3, beta=1e-6), bytes_per_value=4)
 
@@ -78,3 +78,26 @@ def test_pipeline_stages_and_one_stage():
     assert one.communication_s == 0.0
     # one stage, S segments: (1 + S - 1) * (b/S) * F = b * F per iteration
     assert one.compute_s == pytest.approx(2 * 8 * 3 * 8 / 1e9)
+
+
+def test_spatial_halo_of_a_3d_convolution_by_hand():
+    model = nn.Sequential(nn.Conv3d(2, 4, 3, padding=1), nn.Flatten(), nn.Linear(4 * 4 * 4 * 4, 3))
+    t = layer_table(model, torch.zeros(1, 2, 4, 4, 4))
+    w = sum(r.params for r in t)
+    sp = predict(t, "spatial", 2, 1, 1, PLAT)
+    halo = 2 * 2 * (1e-3 + 1 * 2 * 4 * 4 * 4 * 1e-6)  # one slice of C x H x W = 2 x 4 x 4, forward and backward
+    gather = 1 * (1e-3 + 256 * 4 * 1e-6 / 2)
+    allreduce = 2 * (1e-3 + w * 4 * 1e-6 / 2)
+    assert sp.communication_s == pytest.approx(halo + gather + allreduce)
+
+
+def test_largest_micro_batch_is_the_largest_fitting_power_of_two():
+    t = _table()
+    acts = sum(r.in_elements + r.out_elements for r in t if r.flops > 0)
+    w = sum(r.params for r in t)
+    mem = lambda b: 2 * (b * acts + w) * 4  # noqa: E731
+    plat = PlatformConstants(mem(12), 1e9, PLAT.net)
+    assert largest_micro_batch(t, "data", 4, plat) == 8
+    assert largest_micro_batch(t, "data", 4, plat, cap=4) == 4
+    assert largest_micro_batch(t, "data", 4, PlatformConstants(mem(1) - 1, 1e9, PLAT.net)) == 0
+    assert largest_micro_batch(t, "spatial", 2, plat) == 16  # activations halved

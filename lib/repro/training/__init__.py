@@ -16,7 +16,8 @@ Core
 - :mod:`repro.training.memory`: the tensor-level memory accountant, swap (host or disk store) and
   recompute of blocks.
 - :mod:`repro.training.ooc_sim`: the two-stream (compute and copy) simulator and the policy planners.
-- :mod:`repro.training.calibrate`: the FLOP rate and alpha-beta constants measured on this machine.
+- :mod:`repro.training.calibrate`: the FLOP rate and alpha-beta constants measured on this machine, and the rank
+  program that calibrates and times the parallel strategies in one launch.
 
 Methods
 -------
@@ -34,6 +35,8 @@ Methods
 - :mod:`repro.training.sparse_ft`: sparse fine-tuning scores, per-layer budgets, the gradient-mask hook,
   LoRA (peft) and BitFit.
 - :mod:`repro.training.oracle`: the analytic time and memory oracle per parallel strategy.
+- :mod:`repro.training.model_parallel`: data, filter, channel and spatial parallelism of a sequential CNN on
+  gloo ranks (the oracle's strategies run for real), with the timing and gradient rank programs.
 
 Chapters: :mod:`repro.training.chapters`.
 """

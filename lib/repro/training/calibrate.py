@@ -5,7 +5,9 @@ FLOPs (backward = 2 x forward) by it.  :func:`pingpong_rank` runs on 2 ranks of
 :func:`repro.training.launcher.launch`: rank 0 sends a message to rank 1, which sends it back; half the
 median round trip per message size is fitted by least squares to ``alpha + n * beta``
 (:func:`fit_alpha_beta`).  :func:`data_parallel_rank` times real data-parallel steps (forward, backward,
-one allreduce of the flattened gradients, SGD step) to check the oracle against.
+one allreduce of the flattened gradients, SGD step) to check the oracle against, and :func:`measure_rank`
+calibrates and times the data, filter, channel and spatial strategies of :mod:`repro.training.model_parallel`
+in one launch, so that calibration and timing see the same load.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch import nn
 from repro.training.cost import Network
 from repro.training.launcher import RankContext
 from repro.training.layertable import layer_table
+from repro.training.model_parallel import StrategyJob, StrategyTiming, allreduce_flat, gradients_rank, timing_rank
 
 
 def flop_rate(model: nn.Module, batch: torch.Tensor, repeats: int = 5) -> float:
@@ -104,14 +107,41 @@ def data_parallel_rank(ctx: RankContext, job: DataParallelJob) -> float:
         t0 = time.perf_counter()
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
-        flat = torch.cat([p.grad.flatten() for p in model.parameters()])
-        dist.all_reduce(flat)
-        flat /= ctx.world_size
-        offset = 0
-        for p in model.parameters():
-            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
+        allreduce_flat([p.grad for p in model.parameters()], average=True)
         opt.step()
         if i >= job.warmup:
             times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+@dataclass(frozen=True)
+class MeasureJob:
+    """What every rank of one measured seed runs: ping-pong, FLOP-rate calibration, then the strategies."""
+
+    strategies: StrategyJob
+    pingpong_sizes: tuple[int, ...]
+    pingpong_repeats: int
+    flop_repeats: int
+
+
+@dataclass(frozen=True)
+class RankMeasurement:
+    """One rank's half-round-trip times, its FLOP rate, its median step time and one step's full gradients per strategy."""
+
+    pingpong: PingPong
+    flops_per_s: float
+    timings: tuple[StrategyTiming, ...]
+    gradients: dict[str, list[np.ndarray]]
+
+
+def measure_rank(ctx: RankContext, job: MeasureJob) -> RankMeasurement:
+    """Calibrate the platform and time every strategy on this rank (both ranks run, so both contend).
+
+    Then one step's full gradients per strategy, for the check that the strategies compute one process's step.
+    """
+    torch.set_num_threads(1)
+    pp = pingpong_rank(ctx, job.pingpong_sizes, job.pingpong_repeats)
+    sj = job.strategies
+    gen = torch.Generator().manual_seed(sj.seed)
+    rate = flop_rate(sj.model, torch.randn(sj.micro_batch, 3, sj.image, sj.image, generator=gen), job.flop_repeats)
+    return RankMeasurement(pp, rate, tuple(timing_rank(ctx, sj)), gradients_rank(ctx, sj))

@@ -65,6 +65,24 @@ class Prediction:
         return self.compute_s + self.communication_s
 
 
+def is_convolution(row: LayerRow) -> bool:
+    """Whether a row is a 2-D or 3-D convolution (channels-first input, weight of one more dimension)."""
+    return len(row.in_shape) >= 3 and len(row.weight_shape) == len(row.in_shape) + 1
+
+
+def largest_micro_batch(table: Sequence[LayerRow], strategy: str, p: int, plat: PlatformConstants, cap: int = 1024,
+                        p_data: int = 1) -> int:
+    """The largest power of two (at most ``cap``) whose predicted memory fits, or 0 if not even one sample fits.
+
+    The paper's weak-scaling rule: the micro-batch per process (per group for model parallelism) is the
+    largest power of two that fits the platform's memory.
+    """
+    b, best = 1, 0
+    while b <= cap and predict(table, strategy, p, b, b * p, plat, p_data=p_data).feasible:
+        best, b = b, 2 * b
+    return best
+
+
 def _active(table: Sequence[LayerRow]) -> list[LayerRow]:
     return [r for r in table if r.flops > 0]
 
@@ -141,16 +159,16 @@ def predict(table: Sequence[LayerRow], strategy: str, p: int, b: int, n_samples:
         per += sum(ring_allgather_time(b * r.in_elements * nbytes, p, plat.net) for r in act[1:])
         mem = _memory(table, b, 1, p, plat)
     elif strategy == "spatial":
-        # rows split: per conv layer one halo of (K-1)/2 rows each way forward (y) and backward (dL/dx),
+        # rows (2-D) or slices (3-D) split: per conv layer one halo of (K-1)/2 rows each way forward (y) and backward (dL/dx),
         # an allgather before the first non-conv layer, and the weight gradients allreduced
         per = 0.0
         if p > 1:
             for r in act:
-                if len(r.in_shape) == 3 and len(r.weight_shape) == 4:
-                    c, _, w = r.in_shape
-                    halo = (r.weight_shape[-2] - 1) // 2 * w * c * b * nbytes
+                if is_convolution(r):
+                    # the first spatial axis is split: a halo is (K-1)/2 slices of C x (the other spatial axes)
+                    halo = (r.weight_shape[2] - 1) // 2 * r.in_shape[0] * math.prod(r.in_shape[2:]) * b * nbytes
                     per += 2 * 2 * (plat.net.alpha + halo * plat.net.beta)
-            flat = next((r for r in act if len(r.in_shape) != 3), None)
+            flat = next((r for r in act if not is_convolution(r)), None)
             if flat is not None:
                 per += ring_allgather_time(b * flat.in_elements * nbytes, p, plat.net)
         per += ring_allreduce_time(weights_bytes, p, plat.net)
