@@ -8,12 +8,13 @@ environment and returns its 4G cost and latency compliance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import numpy as np
 from tqdm import tqdm
 
+from repro.checkpoints import trained
 from repro.netsim.mobility import CitySpec
 from repro.netsim.oppcomm import ACTIONS, OppCommConfig, OppCommEnv
 from repro.netsim.qlearning import QLearningConfig, TabularQ, env_rewards, play_episode
@@ -126,6 +127,42 @@ def train_q_agents(scenario: Scenario, episodes: int, seed: int, qconfig: QLearn
         play_episode(env, seed, lambda obs, info: agent.act(obs["state"], obs["mask"], eps, rng), agent, reward_fn)
         curve.append(_outcome(env))
     return agent, curve
+
+
+@dataclass(frozen=True)
+class TrainedAgents:
+    """Q-tables with their learning curve, trained now or loaded from a checkpoint.
+
+    Attributes
+    ----------
+    agent
+        The Q-tables.
+    curve
+        The outcome of every training episode.
+    path
+        The checkpoint (``None`` when not saved).
+    """
+
+    agent: TabularQ
+    curve: tuple[Outcome, ...]
+    path: str | None
+
+
+def checkpointed_q_agents(folder: str | None, name: str, reuse: bool, qconfig: QLearningConfig,
+                          train: Callable[[], tuple[TabularQ, list[Outcome]]]) -> TrainedAgents:
+    """Train Q-tables with ``train`` and save them as ``folder/name`` (``.npy``), or with ``reuse`` load them.
+
+    The learning curve is saved beside the tables (see :func:`repro.checkpoints.trained`), so a
+    redrawn chapter has its curves too.
+    """
+    def run_training() -> tuple[TabularQ, dict]:
+        agent, curve = train()
+        return agent, {"curve": [asdict(o) for o in curve]}
+
+    done = trained(folder, name, reuse, run_training, lambda agent, path: agent.save(path),
+                   lambda path: TabularQ.load(path, qconfig))
+    return TrainedAgents(done.model, tuple(Outcome(**o) for o in done.extras["curve"]),
+                         None if done.path is None else str(done.path))
 
 
 def evaluate(scenario: Scenario, seed: int, act: Callable[[dict, dict, np.random.Generator], np.ndarray],

@@ -9,7 +9,6 @@ cannot suit every bus.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -17,7 +16,7 @@ import pandas as pd
 from repro.netsim.figures import learning_curves, metric_panels
 from repro.netsim.fuzzy import ConstantTheta, FuzzyTheta, shaped_reward
 from repro.netsim.heuristics import AllCellular, GreedyOpportunistic
-from repro.netsim.oppcomm_agents import Outcome, Scenario, evaluate, greedy_q, train_q_agents
+from repro.netsim.oppcomm_agents import Outcome, Scenario, checkpointed_q_agents, evaluate, greedy_q, train_q_agents
 from repro.netsim.qlearning import QLearningConfig
 from repro.parallel import parallel_map
 
@@ -46,6 +45,8 @@ class FuzzyJob:
         Opportunity count that the controller treats as fully dense.
     checkpoint_dir
         Where the Q-tables are saved (``None``: not saved).
+    reuse
+        Load the tables and learning curves from ``checkpoint_dir`` instead of training.
     """
 
     scenario: Scenario
@@ -55,6 +56,7 @@ class FuzzyJob:
     thetas: tuple[float, ...]
     density_scale: float = 4.0
     checkpoint_dir: str | None = None
+    reuse: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,23 +77,26 @@ def run(job: FuzzyJob) -> FuzzyResult:
     outcomes, curves, saved = {}, {}, []
     test = HELD_OUT + job.seed
     for name, controller in controllers.items():
-        agent, curve = train_q_agents(sc, job.episodes, job.seed, job.qconfig, reward_fn=shaped_reward(controller),
-                                      desc=name)
-        if job.checkpoint_dir is not None:
-            tag = name.replace(", theta=", "_theta").replace(" ", "")
-            saved.append(str(agent.save(Path(job.checkpoint_dir) / f"{tag}_delta{sc.delta_s:g}_seed{job.seed}.npy")))
-        outcomes[name] = evaluate(sc, test, greedy_q(agent))
-        curves[name] = tuple(curve)
+        tag = name.replace(", theta=", "_theta").replace(" ", "")
+        done = checkpointed_q_agents(
+            job.checkpoint_dir, f"{tag}_delta{sc.delta_s:g}_seed{job.seed}.npy", job.reuse, job.qconfig,
+            lambda controller=controller, name=name: train_q_agents(sc, job.episodes, job.seed, job.qconfig,
+                                                                    reward_fn=shaped_reward(controller), desc=name))
+        if done.path is not None:
+            saved.append(done.path)
+        outcomes[name] = evaluate(sc, test, greedy_q(done.agent))
+        curves[name] = done.curve
     outcomes["all-4G"] = evaluate(sc, test, AllCellular().act)
     outcomes["greedy"] = evaluate(sc, test, GreedyOpportunistic(sc.delta_s).act)
     return FuzzyResult(job, outcomes, curves, tuple(saved))
 
 
 def sweep(base: Scenario, deltas: list[float], seeds: list[int], episodes: int, qconfig: QLearningConfig,
-          thetas: list[float], density_scale: float, checkpoint_dir: str | None, workers: int = 1) -> list[FuzzyResult]:
-    """Every deadline and seed."""
+          thetas: list[float], density_scale: float, checkpoint_dir: str | None, workers: int = 1,
+          reuse: bool = False) -> list[FuzzyResult]:
+    """Every deadline and seed (with ``reuse``, the Q-tables loaded from ``checkpoint_dir``, not trained)."""
     jobs = [FuzzyJob(replace(base, delta_s=float(d)), episodes, s, qconfig, tuple(thetas), density_scale,
-                     checkpoint_dir) for d in deltas for s in seeds]
+                     checkpoint_dir, reuse) for d in deltas for s in seeds]
     return parallel_map(run, jobs, workers=workers, desc="fuzzy-qlearn runs")
 
 

@@ -8,16 +8,15 @@ sweep at the default interval; :func:`claims` turns the default point into the l
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from repro.checkpoints import trained
 from repro.netsim.figures import learning_curves, metric_panels
 from repro.netsim.heuristics import AllCellular, FixedProbability, GreedyOpportunistic
-from repro.netsim.oppcomm_agents import Outcome, Scenario, evaluate, greedy_q, train_q_agents
-from repro.netsim.qlearning import QLearningConfig, TabularQ
+from repro.netsim.oppcomm_agents import Outcome, Scenario, checkpointed_q_agents, evaluate, greedy_q, train_q_agents
+from repro.netsim.qlearning import QLearningConfig
 from repro.parallel import parallel_map
 
 HELD_OUT = 1000  # evaluation mobility seed = HELD_OUT + training seed
@@ -78,14 +77,9 @@ def run(job: OffloadJob) -> OffloadResult:
     """Train and save (or, with ``job.reuse``, load) one job's tables, and evaluate them."""
     sc = job.scenario
 
-    def train() -> tuple[TabularQ, dict]:
-        agent, curve = train_q_agents(sc, job.episodes, job.seed, job.qconfig, job.theta)
-        return agent, {"curve": [asdict(o) for o in curve]}
-
-    model = trained(job.checkpoint_dir, job.checkpoint_name, job.reuse, train, lambda a, path: a.save(path),
-                    lambda path: TabularQ.load(path, job.qconfig))
-    agent, curve = model.model, [Outcome(**o) for o in model.extras["curve"]]
-    path = None if model.path is None else str(model.path)
+    done = checkpointed_q_agents(job.checkpoint_dir, job.checkpoint_name, job.reuse, job.qconfig,
+                                 lambda: train_q_agents(sc, job.episodes, job.seed, job.qconfig, job.theta))
+    agent, curve, path = done.agent, done.curve, done.path
     test = HELD_OUT + job.seed
     policies = {
         "Q-learning": greedy_q(agent),
