@@ -26,6 +26,8 @@ from repro.federated.feddrl import DDPGWeights, make_loss_reporting_client_app
 from repro.federated.feddyn import FedDyn, make_feddyn_client_app
 from repro.federated.fedlama import FedLAMA
 from repro.federated.fedluar import FedLUAR, TopKSparsified
+from repro.federated.fedopt import SeededFedAdagrad, SeededFedAdam, SeededFedAvgM, SeededFedYogi
+from repro.federated.fedrep import FedRep, make_fedrep_client_app
 from repro.federated.reference import fedavg_loop
 from repro.federated.regularised import make_regularised_client_app
 from repro.federated.safa import SAFA
@@ -84,6 +86,15 @@ STRATEGIES["FedDyn alpha=0.01"] = (
 STRATEGIES["SCAFFOLD (control variates)"] = (
     lambda: SCAFFOLD(ACTIVE, LOCAL, SPEC.num_clients, seed=0), make_scaffold_client_app)
 
+
+# FedOpt: Flower's own server optimisers (seeded sampling), and FedRep (body averaged, heads kept per client)
+STRATEGIES["FedAdam (Flower)"] = (lambda: SeededFedAdam(ACTIVE, LOCAL, seed=0, eta=0.01), make_client_app)
+STRATEGIES["FedYogi (Flower)"] = (lambda: SeededFedYogi(ACTIVE, LOCAL, seed=0, eta=0.01), make_client_app)
+STRATEGIES["FedAdagrad (Flower)"] = (lambda: SeededFedAdagrad(ACTIVE, LOCAL, seed=0, eta=0.01), make_client_app)
+STRATEGIES["FedAvgM momentum=0.9 (Flower)"] = (
+    lambda: SeededFedAvgM(ACTIVE, LOCAL, seed=0, server_momentum=0.9), make_client_app)
+STRATEGIES["FedRep (personal heads)"] = (
+    lambda: FedRep(ACTIVE, {**LOCAL, "head-steps": 2}, seed=0), lambda spec: make_fedrep_client_app(spec))
 
 # ----- the engine's overhead against a hand-written loop --------------------------------------
 ENGINE_SPEC = TaskSpec(dataset="digits", num_clients=10, alpha=0.5, hidden=(64,))

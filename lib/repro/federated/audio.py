@@ -8,7 +8,7 @@ result hits the target.
 :func:`keyword_clip` generates FedAudio's substitute data: eight keyword-like
 sound classes (tones, chirps, AM, FM, two-tone, noise bursts, pulse trains)
 voiced by a :class:`Speaker` (pitch, speed, timbre), one speaker per client;
-:func:`log_mel` computes log-mel features with librosa.
+:func:`log_mel` and :func:`log_mel_batch` compute log-mel features with librosa.
 """
 
 from __future__ import annotations
@@ -111,7 +111,26 @@ def keyword_clip(label: int, speaker: Speaker, seed: int, sample_rate: int = 800
 
 def log_mel(clip: np.ndarray, sample_rate: int = 8000, n_mels: int = 32, frames: int = 32) -> np.ndarray:
     """Log-mel spectrogram ``(n_mels, frames)`` in dB (librosa), the hop chosen to give ``frames`` frames."""
-    hop = max(1, len(clip) // frames)
-    mel = librosa.feature.melspectrogram(y=np.asarray(clip, np.float32), sr=sample_rate, n_fft=256, hop_length=hop,
-                                         n_mels=n_mels, fmax=sample_rate / 2)
-    return librosa.power_to_db(mel, ref=np.max)[:, :frames].astype(np.float32)
+    return log_mel_batch(np.asarray(clip)[None], sample_rate, n_mels, frames)[0]
+
+
+TOP_DB = 80.0
+"""Dynamic range kept below each spectrogram's peak (librosa's ``top_db``)."""
+
+
+def log_mel_batch(clips: np.ndarray, sample_rate: int = 8000, n_mels: int = 32, frames: int = 32) -> np.ndarray:
+    """Log-mel spectrograms ``(clips, n_mels, frames)`` of equal-length clips, each in dB below its own peak.
+
+    One librosa call for the whole batch (its filterbank is built once);
+    every spectrogram is referred to its own maximum and floored at
+    :data:`TOP_DB` below it, as ``librosa.power_to_db(mel, ref=np.max)`` does for one clip.
+    """
+    clips = np.asarray(clips, np.float32)
+    if clips.ndim != 2:
+        raise ValueError(f"clips must have shape (clips, samples), got {clips.shape}")
+    hop = max(1, clips.shape[1] // frames)
+    mel = librosa.feature.melspectrogram(y=clips, sr=sample_rate, n_fft=256, hop_length=hop, n_mels=n_mels,
+                                         fmax=sample_rate / 2)
+    peak = np.maximum(mel.max(axis=(1, 2), keepdims=True), 1e-10)
+    db = librosa.power_to_db(mel[:, :, :frames] / peak, ref=1.0, top_db=None)
+    return np.maximum(db, -TOP_DB).astype(np.float32)

@@ -1,0 +1,320 @@
+"""The FedAudio chapter: federated keyword spotting under SNR noise and label noise, FedAvg against FedOpt.
+
+:class:`AudioRun` is one seeded run, :func:`run` executes it and returns a
+:class:`RunRecord`; :func:`tune` gives every aggregator the same number of
+settings on a tuning seed and keeps each one's best; :func:`sweep` runs the
+tuned aggregators on clean data and tuned FedAvg under every noise level;
+:func:`claims` turns the records into the ledger's per-seed values.  The
+figures and tables are the chapter's own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from repro.federated.audio import KEYWORD_CLASSES
+from repro.federated.engine import RunSummary, eval_schedule, run_federated
+from repro.federated.fedopt import SERVER_OPTIMISERS
+from repro.federated.keywords import (
+    FRAMES,
+    N_MELS,
+    KeywordTask,
+    keyword_data,
+    keyword_evaluator,
+    keyword_initial,
+    make_keyword_client_app,
+)
+from repro.federated.strategies import SeededFedAvg
+from repro.federated.tuning import best_settings, chosen
+from repro.parallel import parallel_map
+
+AGGREGATORS = ("fedavg", "fedadam", "fedyogi", "fedadagrad")
+LABELS = {"fedavg": "FedAvg", "fedadam": "FedAdam", "fedyogi": "FedYogi", "fedadagrad": "FedAdagrad"}
+COLOURS = {"fedavg": "tab:gray", "fedadam": "tab:blue", "fedyogi": "tab:orange", "fedadagrad": "tab:green"}
+CONDITIONS = ("clean", "snr", "label_noise")
+
+
+@dataclass(frozen=True)
+class AudioRun:
+    """One run; field names follow the chapter's parameters.
+
+    Attributes
+    ----------
+    aggregator
+        One of :data:`AGGREGATORS`.
+    condition, level
+        ``clean`` (level 0), ``snr`` (level = SNR in dB) or ``label_noise`` (level = eps).
+    seed
+        Run seed (model init, client sampling, mini-batches); the data are fixed by ``task.seed``.
+    task
+        The clean federation; the condition is applied by :meth:`recorded_task`.
+    lr, server_lr
+        Clients' learning rate; the server optimiser's (ignored by FedAvg).
+    steps, batch_size, rounds, active_clients, eval_every
+        Local steps per round, batch size, rounds, clients sampled per round, evaluation period.
+    progress
+        Label of a progress bar (``None``: none).
+    """
+
+    aggregator: str
+    condition: str
+    level: float
+    seed: int
+    task: KeywordTask
+    lr: float
+    server_lr: float
+    steps: int
+    batch_size: int
+    rounds: int
+    active_clients: int
+    eval_every: int
+    progress: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.aggregator not in AGGREGATORS:
+            raise ValueError(f"parameter 'aggregator': must be one of {AGGREGATORS}, got {self.aggregator!r}")
+        if self.condition not in CONDITIONS:
+            raise ValueError(f"condition must be one of {CONDITIONS}, got {self.condition!r}")
+
+    def recorded_task(self) -> KeywordTask:
+        """The federation under this run's condition."""
+        if self.condition == "snr":
+            return replace(self.task, snr=float(self.level))
+        if self.condition == "label_noise":
+            return replace(self.task, label_noise=float(self.level))
+        return self.task
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What one run produced (accuracies in percent; ``curve`` is ``(round, accuracy)`` per evaluation)."""
+
+    aggregator: str
+    condition: str
+    level: float
+    seed: int
+    lr: float
+    server_lr: float
+    accuracy: float
+    budget_accuracy: float
+    curve: tuple[tuple[int, float], ...]
+
+
+def build_strategy(job: AudioRun) -> SeededFedAvg:
+    """FedAvg, or one of Flower's FedOpt strategies with the job's server learning rate (seeded sampling)."""
+    local = {"steps": job.steps, "lr": job.lr, "momentum": 0.0, "batch-size": job.batch_size}
+    if job.aggregator == "fedavg":
+        return SeededFedAvg(job.active_clients, local, seed=job.seed)
+    return SERVER_OPTIMISERS[job.aggregator](job.active_clients, local, seed=job.seed, eta=job.server_lr)
+
+
+def run(job: AudioRun) -> RunRecord:
+    """Run ``job`` on the in-process Flower engine."""
+    task = job.recorded_task()
+    hist = run_federated(build_strategy(job), make_keyword_client_app(task, {"seed": job.seed}), task.num_speakers,
+                         keyword_initial(job.seed), job.rounds, keyword_evaluator(task),
+                         eval_schedule(job.rounds, job.eval_every), progress=job.progress)
+    s = RunSummary.of(hist)
+    return RunRecord(job.aggregator, job.condition, job.level, job.seed, job.lr, job.server_lr, s.accuracy,
+                     s.budget_accuracy, s.curve)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What every run of a sweep shares: local training, rounds, sampling, evaluation."""
+
+    steps: int
+    batch_size: int
+    rounds: int
+    active_clients: int
+    eval_every: int
+
+    def job(self, aggregator: str, condition: str, level: float, seed: int, task: KeywordTask, lr: float,
+            server_lr: float, progress: str | None = None) -> AudioRun:
+        """One :class:`AudioRun` with this schedule."""
+        return AudioRun(aggregator, condition, level, seed, task, lr, server_lr, self.steps, self.batch_size,
+                        self.rounds, self.active_clients, self.eval_every, progress)
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """An aggregator's chosen setting and the tuning-seed accuracy of each candidate."""
+
+    aggregator: str
+    lr: float
+    server_lr: float
+    candidates: tuple[tuple[float, float, float], ...]
+
+
+def candidates(aggregator: str, lr: float, client_lrs: list[float], server_lrs: list[float]) -> list[tuple[float, float]]:
+    """``(client lr, server lr)`` settings an aggregator is tuned over: FedAvg its client lr, FedOpt its server lr.
+
+    Both grids must have the same length, so every aggregator gets the same budget.
+    """
+    if len(client_lrs) != len(server_lrs):
+        raise ValueError(f"equal tuning budgets need grids of one length, got {len(client_lrs)} and {len(server_lrs)}")
+    if aggregator == "fedavg":
+        return [(float(c), math.nan) for c in client_lrs]
+    return [(float(lr), float(s)) for s in server_lrs]
+
+
+def tune(task: KeywordTask, schedule: Schedule, tune_seed: int, lr: float, client_lrs: list[float],
+         server_lrs: list[float], workers: int = 1) -> dict[str, Tuned]:
+    """Every aggregator's best setting on clean data, judged on ``tune_seed`` (not a reported seed).
+
+    The choice is :func:`repro.federated.tuning.best_settings` (grids of one size, best mean accuracy at
+    the budget).  A grid of one value is taken as is, without a run.
+    """
+    grids = {a: candidates(a, lr, client_lrs, server_lrs) for a in AGGREGATORS}
+    if len(client_lrs) == 1:
+        return {a: Tuned(a, *grids[a][0], ()) for a in AGGREGATORS}
+    jobs = [schedule.job(a, "clean", 0.0, tune_seed, task, c, s) for a in AGGREGATORS for c, s in grids[a]]
+    done = parallel_map(run, jobs, workers, desc="tuning")
+    tried = pd.DataFrame([{"method": r.aggregator, "setting": r.lr if r.aggregator == "fedavg" else r.server_lr,
+                           "seed": r.seed, "budget_accuracy": r.budget_accuracy} for r in done])
+    best = chosen(best_settings(tried, "budget_accuracy"))
+    out = {}
+    for a in AGGREGATORS:
+        c, s = (best[a], math.nan) if a == "fedavg" else (lr, best[a])
+        out[a] = Tuned(a, c, s, tuple((r.lr, r.server_lr, r.budget_accuracy) for r in done if r.aggregator == a))
+    return out
+
+
+def sweep(task: KeywordTask, schedule: Schedule, seeds: list[int], tuned: dict[str, Tuned], snrs: list[float],
+          label_noises: list[float], workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tuned aggregators on clean data, and tuned FedAvg at every SNR and label-noise level, for every seed.
+
+    Returns
+    -------
+    final : DataFrame
+        One row per run: ``aggregator, condition, level, seed, lr, server_lr, accuracy, budget_accuracy``.
+    curves : DataFrame
+        ``aggregator, condition, level, seed, round, accuracy`` at every evaluation.
+    """
+    avg = tuned["fedavg"]
+    jobs = []
+    for seed in seeds:
+        jobs += [schedule.job(a, "clean", 0.0, seed, task, tuned[a].lr, tuned[a].server_lr) for a in AGGREGATORS]
+        jobs += [schedule.job("fedavg", "snr", float(v), seed, task, avg.lr, avg.server_lr) for v in snrs]
+        jobs += [schedule.job("fedavg", "label_noise", float(v), seed, task, avg.lr, avg.server_lr)
+                 for v in label_noises]
+    done = parallel_map(run, jobs, workers, desc="runs")
+    keys = ("aggregator", "condition", "level", "seed")
+    final = pd.DataFrame([{**{k: getattr(r, k) for k in keys}, "lr": r.lr, "server_lr": r.server_lr,
+                           "accuracy": r.accuracy, "budget_accuracy": r.budget_accuracy} for r in done])
+    curves = pd.DataFrame([{**{k: getattr(r, k) for k in keys}, "round": rd, "accuracy": a}
+                           for r in done for rd, a in r.curve])
+    return final, curves
+
+
+# ----- claims -----------------------------------------------------------------------------
+def ladder(final: pd.DataFrame, condition: str) -> pd.DataFrame:
+    """FedAvg's accuracy per seed (rows) along a noise ladder (columns), cleanest first.
+
+    The clean run heads the ladder; SNR levels follow from high to low, label-noise levels from low to high.
+    """
+    avg = final[final.aggregator == "fedavg"]
+    clean = avg[avg.condition == "clean"].set_index("seed").budget_accuracy.rename("clean")
+    noisy = avg[avg.condition == condition].pivot(index="seed", columns="level", values="budget_accuracy")
+    noisy = noisy[sorted(noisy.columns, reverse=condition == "snr")]
+    return pd.concat([clean, noisy], axis=1)
+
+
+def claims(final: pd.DataFrame) -> dict[str, list[float]]:
+    """Per-seed values of the chapter's claims (points of accuracy)."""
+    out = {}
+    for condition, name in (("snr", "snr"), ("label_noise", "label_noise")):
+        steps = ladder(final, condition)
+        drops = -steps.diff(axis=1).iloc[:, 1:]
+        out[f"{name}_drop"] = [float(v) for v in steps.iloc[:, 0] - steps.iloc[:, -1]]
+        out[f"{name}_monotone"] = [float(v) for v in drops.min(axis=1)]
+    clean = final[final.condition == "clean"]
+    acc = {a: clean[clean.aggregator == a].set_index("seed").budget_accuracy for a in ("fedavg", "fedadam")}
+    out["fedadam_shortfall"] = [float(acc["fedavg"][s] - acc["fedadam"][s]) for s in sorted(acc["fedavg"].index)]
+    return out
+
+
+# ----- figures and tables ----------------------------------------------------------------------
+def noise_figure(final: pd.DataFrame) -> plt.Figure:
+    """FedAvg's accuracy along the SNR ladder and the label-noise ladder (mean over seeds, error bar = sd)."""
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=True)
+    for ax, condition, xlabel in ((axes[0], "snr", "SNR of the recordings (dB)"),
+                                  (axes[1], "label_noise", "label-noise rate ε")):
+        steps = ladder(final, condition)
+        names = ["clean"] + [f"{v:g}" for v in steps.columns[1:]]
+        sd = steps.std(ddof=1) if len(steps) > 1 else steps.mean() * 0
+        ax.errorbar(range(len(names)), steps.mean(), yerr=sd, marker="o", capsize=3, color="tab:blue")
+        ax.set_xticks(range(len(names)), names)
+        ax.set_xlabel(xlabel)
+    axes[0].set_ylabel("test accuracy, FedAvg (%)")
+    fig.tight_layout()
+    return fig
+
+
+def clean_curves(curves: pd.DataFrame) -> plt.Figure:
+    """Test accuracy against rounds of each tuned aggregator on clean data (mean over seeds, band min to max)."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    sel = curves[curves.condition == "clean"]
+    for a in AGGREGATORS:
+        g = sel[sel.aggregator == a].groupby("round").accuracy
+        ax.plot(g.mean().index, g.mean().values, marker="o", ms=3, color=COLOURS[a], label=LABELS[a])
+        ax.fill_between(g.mean().index, g.min().values, g.max().values, color=COLOURS[a], alpha=0.12)
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy (%)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def clean_table(final: pd.DataFrame, tuned: dict[str, Tuned]) -> pd.DataFrame:
+    """The miniature of the benchmark's clean table: accuracy per aggregator (mean ± sd) with its tuned setting."""
+    rows = []
+    clean = final[final.condition == "clean"]
+    for a in AGGREGATORS:
+        r = clean[clean.aggregator == a].budget_accuracy
+        t = tuned[a]
+        setting = f"client lr {t.lr:g}" if a == "fedavg" else f"client lr {t.lr:g}, server lr {t.server_lr:g}"
+        rows.append({"aggregator": LABELS[a], "tuned setting": setting,
+                     "settings tried": max(1, len(t.candidates)),
+                     "accuracy (%)": f"{r.mean():.1f} ± {r.std(ddof=1) if len(r) > 1 else 0.0:.1f}",
+                     "seeds": len(r)})
+    return pd.DataFrame(rows)
+
+
+def noise_table(final: pd.DataFrame) -> pd.DataFrame:
+    """FedAvg's accuracy (mean ± sd over seeds) at every noise level, and its drop from clean data."""
+    rows = []
+    for condition, what in (("snr", "SNR (dB)"), ("label_noise", "label noise ε")):
+        steps = ladder(final, condition)
+        base = steps["clean"]
+        for col in steps.columns[1:]:
+            drop = base - steps[col]
+            rows.append({"noise": what, "level": f"{col:g}",
+                         "accuracy (%)": f"{steps[col].mean():.1f} ± {steps[col].std(ddof=1) if len(steps) > 1 else 0.0:.1f}",
+                         "drop from clean (points)": f"{drop.mean():.1f}"})
+    return pd.DataFrame(rows)
+
+
+def spectrogram_figure(task: KeywordTask, snr: float, speaker: int = 0) -> plt.Figure:
+    """The first test clip of every class said by one speaker: log-mel on clean recordings and at ``snr`` dB."""
+    rows = [("clean", keyword_data(task.clean())), (f"{snr:g} dB", keyword_data(replace(task.clean(), snr=snr)))]
+    labels = keyword_data(task.clean()).y_test
+    own = np.arange(speaker * task.test_clips, (speaker + 1) * task.test_clips)
+    first = [int(own[labels[own] == c][0]) for c in range(len(KEYWORD_CLASSES)) if (labels[own] == c).any()]
+    fig, axes = plt.subplots(2, len(first), figsize=(1.3 * len(first), 3.2), squeeze=False)
+    for (name, data), row in zip(rows, axes):
+        for ax, i in zip(row, first):
+            ax.imshow(data.x_test[i].reshape(N_MELS, FRAMES), origin="lower", aspect="auto", cmap="magma",
+                      vmin=-1, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        row[0].set_ylabel(name)
+    for ax, i in zip(axes[0], first):
+        ax.set_title(KEYWORD_CLASSES[int(labels[i])].replace("_", " "), fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,42 @@
+"""The fedaudio driver: equal tuning budgets, the noise ladders and the claims read from them."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from repro.federated.chapters import fedaudio as driver
+from repro.federated.keywords import KeywordTask
+
+
+def test_tuning_gives_every_aggregator_the_same_number_of_settings():
+    task = KeywordTask(num_speakers=4, train_clips=8, test_clips=8, seed=0)
+    schedule = driver.Schedule(steps=1, batch_size=8, rounds=2, active_clients=2, eval_every=1)
+    tuned = driver.tune(task, schedule, tune_seed=9, lr=0.1, client_lrs=[0.05, 0.1], server_lrs=[0.01, 0.1])
+    assert {len(t.candidates) for t in tuned.values()} == {2}
+    assert tuned["fedavg"].lr in (0.05, 0.1) and all(tuned[a].lr == 0.1 for a in ("fedadam", "fedyogi"))
+    assert tuned["fedadam"].server_lr in (0.01, 0.1)
+    with pytest.raises(ValueError, match="grids of one length"):
+        driver.candidates("fedavg", 0.1, [0.1, 0.2], [0.01])
+
+
+def frame(clean: list[float], snr: dict[float, list[float]], eps: dict[float, list[float]]) -> pd.DataFrame:
+    rows = [{"aggregator": "fedavg", "condition": "clean", "level": 0.0, "seed": s, "budget_accuracy": a}
+            for s, a in enumerate(clean)]
+    rows += [{"aggregator": "fedadam", "condition": "clean", "level": 0.0, "seed": s, "budget_accuracy": a - 2}
+             for s, a in enumerate(clean)]
+    for condition, levels in (("snr", snr), ("label_noise", eps)):
+        rows += [{"aggregator": "fedavg", "condition": condition, "level": v, "seed": s, "budget_accuracy": a}
+                 for v, accs in levels.items() for s, a in enumerate(accs)]
+    return pd.DataFrame(rows)
+
+
+def test_ladders_run_from_clean_to_noisiest_and_claims_read_them():
+    final = frame([90, 80], {0.0: [40, 30], 20.0: [85, 79], 10.0: [70, 60]}, {0.1: [88, 81], 0.5: [50, 50]})
+    assert list(driver.ladder(final, "snr").columns) == ["clean", 20.0, 10.0, 0.0]
+    assert list(driver.ladder(final, "label_noise").columns) == ["clean", 0.1, 0.5]
+    c = driver.claims(final)
+    assert c["snr_drop"] == [50.0, 50.0]
+    assert c["snr_monotone"] == [5.0, 1.0]
+    assert c["label_noise_monotone"] == [2.0, -1.0]  # the second seed rises from clean to 0.1
+    assert c["fedadam_shortfall"] == [2.0, 2.0]
