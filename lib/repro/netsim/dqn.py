@@ -5,7 +5,9 @@
 observation by a function the caller supplies (for ``ThreeTierV2X-v0``:
 :func:`repro.netsim.v2x.latencies_from_observation`).  With ``guide=None`` it is plain DQN.
 The warm-up steps before ``learning_starts`` stay uniform in both cases (stable-baselines3 samples them
-itself).
+itself).  :func:`train_dqn` takes a ``device`` (``cpu``, ``cuda`` or ``auto``, see :mod:`repro.devices`),
+handed to stable-baselines3, which builds the Q-networks on the CPU and moves them there; replay sampling
+and exploration stay with numpy on the CPU.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import DQN
+
+from repro.devices import resolve_device
 
 
 @dataclass(frozen=True)
@@ -126,8 +130,8 @@ class _EpisodeLog(gym.Wrapper):
 
 
 def train_dqn(env: gym.Env, steps: int, seed: int, config: DQNConfig,
-              guide: Callable[[np.ndarray], np.ndarray] | None = None) -> TrainedDQN:
-    """Train a (guided) DQN for ``steps`` environment steps on ``env``, seeded.
+              guide: Callable[[np.ndarray], np.ndarray] | None = None, device: str = "cpu") -> TrainedDQN:
+    """Train a (guided) DQN for ``steps`` environment steps on ``env``, seeded, with its networks on ``device``.
 
     Returns
     -------
@@ -136,7 +140,7 @@ def train_dqn(env: gym.Env, steps: int, seed: int, config: DQNConfig,
     """
     logged = _EpisodeLog(env)
     model = GuidedDQN(
-        "MlpPolicy", logged, guide=guide, temperature=config.temperature, seed=seed, device="cpu", verbose=0,
+        "MlpPolicy", logged, guide=guide, temperature=config.temperature, seed=seed, device=resolve_device(device), verbose=0,
         learning_rate=config.learning_rate, gamma=config.gamma, batch_size=config.batch_size,
         buffer_size=config.buffer_size, learning_starts=config.learning_starts, train_freq=config.train_freq,
         target_update_interval=config.target_update_interval, exploration_fraction=config.exploration_fraction,
@@ -149,10 +153,10 @@ def train_dqn(env: gym.Env, steps: int, seed: int, config: DQNConfig,
 
 
 def greedy_actions(model: DQN, obs: np.ndarray) -> np.ndarray:
-    """The Q-network's greedy action for a batch of observations."""
+    """The Q-network's greedy action for a batch of observations (computed on the model's device)."""
     with torch.no_grad():
-        q = model.q_net(torch.as_tensor(np.atleast_2d(obs), dtype=torch.float32))
-    return q.argmax(dim=1).numpy()
+        q = model.q_net(torch.as_tensor(np.atleast_2d(obs), dtype=torch.float32, device=model.device))
+    return q.argmax(dim=1).cpu().numpy()
 
 
 def save(model: DQN, path: str | Path) -> Path:

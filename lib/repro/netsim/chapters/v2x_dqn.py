@@ -62,6 +62,8 @@ class V2XJob:
         DQN hyper-parameters.
     checkpoint_dir
         Where the trained model is saved (``None``: not saved).
+    device
+        Where the Q-networks train and act: ``cpu``, ``cuda`` or ``auto``.
     """
 
     agent: str
@@ -74,6 +76,7 @@ class V2XJob:
     eval_horizon_s: float
     dqn: DQNConfig
     checkpoint_dir: str | None = None
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ def run(job: V2XJob) -> V2XResult:
         raise ValueError(f"unknown agent {job.agent!r}; use one of {AGENTS + ('baselines',)}")
     train_cfg = scenario(job.base, job.train_load, job.train_horizon_s)
     guide = functools.partial(latencies_from_observation, train_cfg) if job.agent == AGENTS[0] else None
-    trained = train_dqn(ThreeTierV2XEnv(train_cfg), job.train_steps, job.seed, job.dqn, guide)
+    trained = train_dqn(ThreeTierV2XEnv(train_cfg), job.train_steps, job.seed, job.dqn, guide, job.device)
     path = None
     if job.checkpoint_dir is not None:
         tag = "guided" if guide else "uniform"
@@ -162,10 +165,10 @@ def lightest(points: tuple[Load, ...]) -> Load:
 
 def sweep(base: V2XConfig, eval_loads: tuple[Load, ...], train_load: Load, seeds: list[int], train_steps: int,
           train_horizon_s: float, eval_horizon_s: float, dqn: DQNConfig, checkpoint_dir: str | None,
-          workers: int = 1) -> list[V2XResult]:
-    """Every agent and the baselines for every seed."""
+          workers: int = 1, device: str = "cpu") -> list[V2XResult]:
+    """Every agent and the baselines for every seed (the agents' networks on ``device``)."""
     jobs = [V2XJob(agent, s, base, train_load, train_steps, train_horizon_s, eval_loads, eval_horizon_s, dqn,
-                   checkpoint_dir) for s in seeds for agent in (*AGENTS, "baselines")]
+                   checkpoint_dir, device) for s in seeds for agent in (*AGENTS, "baselines")]
     return parallel_map(run, jobs, workers=workers, desc="v2x-dqn runs")
 
 

@@ -109,6 +109,8 @@ class WRSNJob:
         Agent settings.
     checkpoint_dir
         Where trained agents are saved (``None``: not saved).
+    device
+        Where the DQN's networks train and act: ``cpu``, ``cuda`` or ``auto`` (Q-charging is a numpy table).
     """
 
     agent: str
@@ -121,6 +123,7 @@ class WRSNJob:
     dqn: DQNConfig
     qconfig: QLearningConfig
     checkpoint_dir: str | None = None
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ def run(job: WRSNJob) -> WRSNResult:
         return WRSNResult(job, tuple(lifes), (), None)
     path = None
     if job.agent == "DQN":
-        trained = train_dqn(WRSNChargingEnv(job.config), job.train_steps, job.seed, job.dqn)
+        trained = train_dqn(WRSNChargingEnv(job.config), job.train_steps, job.seed, job.dqn, device=job.device)
         if job.checkpoint_dir is not None:
             path = str(save(trained.model, Path(job.checkpoint_dir) / f"dqn_seed{job.seed}.zip"))
         curve = tuple(trained.episode_returns)
@@ -180,10 +183,10 @@ def run(job: WRSNJob) -> WRSNResult:
 
 def sweep(config: WRSNConfig, seeds: list[int], train_steps: int, q_episodes: int, eval_networks: int,
           packet_probs: list[float], dqn: DQNConfig, qconfig: QLearningConfig, checkpoint_dir: str | None,
-          workers: int = 1) -> list[WRSNResult]:
-    """Every agent and the heuristics, for every seed."""
+          workers: int = 1, device: str = "cpu") -> list[WRSNResult]:
+    """Every agent and the heuristics, for every seed (the DQN's networks on ``device``)."""
     jobs = [WRSNJob(agent, s, config, train_steps, q_episodes, eval_networks, tuple(packet_probs), dqn, qconfig,
-                    checkpoint_dir) for s in seeds for agent in (*AGENTS, "heuristics")]
+                    checkpoint_dir, device) for s in seeds for agent in (*AGENTS, "heuristics")]
     return parallel_map(run, jobs, workers=workers, desc="wrsn-drl runs")
 
 
