@@ -50,6 +50,11 @@ def test_window_bounds(p: int, A: int, W: int) -> None:
         assert sends.max() == 1  # every sender has one target per round: no hot spot
     unordered = round_table("unordered", counts, aggs).outstanding()[1]
     assert unordered.max() == p - 1
+    for spec in ("unordered", "pairwise", KernelSpec("scattered", W), KernelSpec("balanced", W)):
+        table = round_table(spec, counts, aggs)
+        assert table.busiest_round == table.outstanding()[0].sum(axis=1).max() == table.outstanding()[1].sum(axis=1).max()
+    assert round_table("unordered", counts, aggs).busiest_round == p * A - A  # every message at once
+    assert round_table(KernelSpec("balanced", W), counts, aggs).busiest_round <= A * W
 
 
 def test_kernel_spec_parsing() -> None:

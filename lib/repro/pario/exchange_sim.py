@@ -9,8 +9,10 @@ constants are stated and swept:
   runs the kernel's IR schedule on a Dragonfly
   (:func:`repro.collectives.dragonfly.dragonfly`) with a per-message start-up
   ``alpha`` at both ends.  Its flow model shares links max-min fairly and
-  has no notion of MPI's message queues.  The platform is written with
-  explicit routes for every host pair, which bounds it to a few hundred ranks.
+  has no notion of MPI's message queues.  The platform is written as SimGrid
+  zones (routes composed by SimGrid), so thousands of hosts load; the flow
+  solver's work, which grows with the flows in flight, is what bounds a run
+  (:attr:`~repro.pario.kernels.RoundTable.busiest_round` estimates them).
 * **The endpoint model** (:func:`repro.pario.kernels.endpoint_model`) adds the
   per-message queue-search term ``n (o0 + o1 n)`` at a receiver with ``n``
   posted receives, and runs to 16384 ranks in milliseconds.

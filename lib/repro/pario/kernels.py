@@ -103,6 +103,11 @@ class RoundTable:
         """Number of rounds with at least one message."""
         return int(self.rounds.max(initial=-1)) + 1
 
+    @property
+    def busiest_round(self) -> int:
+        """Messages of the round that has the most: the flows one round puts in flight."""
+        return int(np.bincount(self.rounds[self.rounds >= 0]).max(initial=0))
+
     def outstanding(self) -> tuple[np.ndarray, np.ndarray]:
         """Posted sends and receives per rank per round, each ``num_rounds x p``."""
         R, p = self.num_rounds, self.p

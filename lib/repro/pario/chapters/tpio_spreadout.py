@@ -8,8 +8,11 @@ Three parts, one per kind of evidence:
   (:mod:`repro.pario.mpi_worker`); files must be byte-identical.  Times are
   indicative only.
 * :func:`simgrid_runs` simulates the exchange of every kernel with SimGrid on a
-  Dragonfly (shared executor; max-min flow sharing, per-message start-up, no
-  MPI queue model) at up to a few hundred ranks.
+  Dragonfly (shared executor on a zoned platform; max-min flow sharing,
+  per-message start-up, no MPI queue model).  Its cost grows with the number
+  of flows in flight, so a point whose busiest round holds more than
+  ``sim_max_flows`` messages is left out (at thousands of ranks: the
+  unordered kernel).
 * :func:`model_runs` costs the kernels at 1024 to 16384 ranks with the
   endpoint model of :mod:`repro.pario.kernels`, whose per-message
   queue-search cost ``o1`` is swept because the verdict depends on it.
@@ -17,13 +20,14 @@ Three parts, one per kind of evidence:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from repro.collectives.platforms import Platform
 from repro.pario.decomp import DecompSpec
 from repro.pario.exchange_sim import DragonflyConstants, irregular_pattern, platform_for, simulate_kernel
 from repro.pario.kernels import EndpointModel, KernelSpec, round_loads, round_table
@@ -126,6 +130,8 @@ class ScaleConfig:
         Windows ``W`` of the throttled kernels.
     sim_ranks, sim_ranks_per_node:
         SimGrid rank counts and hosts per Dragonfly router (one aggregator per router).
+    sim_max_flows:
+        SimGrid points whose busiest round has more messages are not simulated.
     model_ranks, model_ranks_per_node:
         Endpoint-model rank counts and ranks per node (one aggregator per node).
     platform:
@@ -141,6 +147,7 @@ class ScaleConfig:
     windows: tuple[int, ...]
     sim_ranks: tuple[int, ...]
     sim_ranks_per_node: int
+    sim_max_flows: int
     model_ranks: tuple[int, ...]
     model_ranks_per_node: int
     platform: DragonflyConstants
@@ -171,20 +178,36 @@ class SimRecord:
 
 
 def simgrid_runs(cfg: ScaleConfig, seeds: list[int]) -> list[SimRecord]:
-    """Simulate every kernel at every SimGrid rank count and seed."""
+    """Simulate every kernel at every SimGrid rank count and seed (within the ``sim_max_flows`` budget)."""
     flat = EndpointModel(cfg.model.alpha, cfg.platform.bandwidth, cfg.model.o0, 0.0)
     out = []
     points = [(p, s, k) for p in cfg.sim_ranks for s in seeds for k in cfg.kernels(p)]
-    platforms = {p: platform_for(p, cfg.sim_ranks_per_node, cfg.platform) for p in cfg.sim_ranks}
+    platforms: dict[int, Platform] = {}
     patterns = {}
     for p, seed, kernel in tqdm(points, desc="SimGrid runs"):
         if (p, seed) not in patterns:
             patterns[p, seed] = irregular_pattern(p, cfg.sim_ranks_per_node, cfg.bytes_per_rank, cfg.mean_run, seed)
         pat = patterns[p, seed]
-        sim = simulate_kernel(pat, kernel, platforms[p])
-        model = round_loads(round_table(kernel, pat.counts, pat.aggregators), pat.counts).time(flat)
+        table = round_table(kernel, pat.counts, pat.aggregators)
+        if table.busiest_round > cfg.sim_max_flows:
+            continue
+        if p not in platforms:
+            platforms[p] = platform_for(p, cfg.sim_ranks_per_node, cfg.platform)
+        sim = simulate_kernel(pat, kernel, platforms[p], timeout=3600.0)
+        model = round_loads(table, pat.counts).time(flat)
         out.append(SimRecord(p, seed, kernel.label, sim.time, model, sim.rounds, sim.messages, sim.wall_s))
     return out
+
+
+def flow_model_ranks(sims: list[SimRecord], seeds: list[int]) -> int:
+    """Largest simulated rank count at which the unordered and a balanced kernel ran for every seed."""
+    def ran(p: int, prefix: str) -> bool:
+        return {r.seed for r in sims if r.p == p and r.kernel.startswith(prefix)} >= set(seeds)
+
+    both = [p for p in {r.p for r in sims} if ran(p, UNORDERED.label) and ran(p, "balanced")]
+    if not both:
+        raise ValueError("no SimGrid rank count has both the unordered and a balanced kernel: raise sim_max_flows")
+    return max(both)
 
 
 def model_runs(cfg: ScaleConfig, seeds: list[int]) -> pd.DataFrame:
@@ -209,12 +232,12 @@ def model_runs(cfg: ScaleConfig, seeds: list[int]) -> pd.DataFrame:
 
 
 def best_spreadout_speedup(times: pd.DataFrame) -> pd.DataFrame:
-    """Unordered time over the best balanced(W) time, per ``p``, seed (and ``o1`` if present).
+    """Unordered time over the best balanced(W) time, per ``p``, seed (and ``o1`` or ``alpha`` if present).
 
     ``times`` has columns ``p, seed, kernel`` and ``time_s``; the result has
     the grouping columns, ``best`` (the winning window's label) and ``speedup``.
     """
-    keys = [c for c in ("p", "seed", "o1") if c in times.columns]
+    keys = [c for c in ("p", "seed", "o1", "alpha") if c in times.columns]
     rows = []
     for key, grp in times.groupby(keys):
         base = float(grp[grp.kernel == UNORDERED.label].time_s.iloc[0])
@@ -223,6 +246,53 @@ def best_spreadout_speedup(times: pd.DataFrame) -> pd.DataFrame:
         rows.append(dict(zip(keys, key if isinstance(key, tuple) else (key,)), best=best.kernel,
                          speedup=base / float(best.time_s)))
     return pd.DataFrame(rows)
+
+
+def alpha_sweep(cfg: ScaleConfig, sims: list[SimRecord], seeds: list[int], alphas: list[float]) -> pd.DataFrame:
+    """SimGrid's unordered and best balanced(W) kernels at the flow-model rank count, for every start-up ``alpha``.
+
+    The window of each seed is the one that won at the stated ``alpha``; the
+    stated point is taken from ``sims``, every other ``alpha`` is simulated.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``p, seed, kernel, alpha, time_s``.
+    """
+    p = flow_model_ranks(sims, seeds)
+    stated = pd.DataFrame([{"p": r.p, "seed": r.seed, "kernel": r.kernel, "time_s": r.sim_s} for r in sims if r.p == p])
+    best = best_spreadout_speedup(stated).set_index("seed").best
+    rows = [dict(row, alpha=cfg.platform.alpha) for row in stated.to_dict("records")
+            if row["kernel"] in (UNORDERED.label, best[row["seed"]])]
+    others = sorted(set(alphas) - {cfg.platform.alpha})
+    points = [(a, s, k) for a in others for s in seeds for k in (UNORDERED.label, best[s])]
+    specs = {k.label: k for k in cfg.kernels(p)}
+    platforms = {a: platform_for(p, cfg.sim_ranks_per_node, replace(cfg.platform, alpha=a)) for a in others}
+    patterns = {s: irregular_pattern(p, cfg.sim_ranks_per_node, cfg.bytes_per_rank, cfg.mean_run, s) for s in seeds}
+    for alpha, seed, kernel in tqdm(points, desc=f"SimGrid start-up sweep at P = {p}"):
+        sim = simulate_kernel(patterns[seed], specs[kernel], platforms[alpha], timeout=3600.0)
+        rows.append({"p": p, "seed": seed, "kernel": kernel, "time_s": sim.time, "alpha": alpha})
+    return pd.DataFrame(rows)
+
+
+def alphas_holding(sweep: pd.DataFrame, null: float) -> list[float]:
+    """Swept ``alpha`` values at which the SimGrid speedup's sign holds against ``null`` (mean - sd > null)."""
+    stats = best_spreadout_speedup(sweep).groupby("alpha").speedup.agg(["mean", "std"])
+    return [float(a) for a, row in stats.iterrows() if row["mean"] - (0.0 if pd.isna(row["std"]) else row["std"]) > null]
+
+
+def alpha_figure(sweep: pd.DataFrame, stated: float, null: float) -> plt.Figure:
+    """SimGrid's unordered over best balanced(W) time against the per-message start-up ``alpha``."""
+    stats = best_spreadout_speedup(sweep).groupby("alpha").speedup.agg(["mean", "std"]).reset_index()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    ax.errorbar(stats.alpha * 1e6, stats["mean"], yerr=stats["std"].fillna(0), marker="o",
+                label=f"SimGrid, P = {int(sweep.p.iloc[0])}")
+    ax.axhline(null, color="k", lw=1, label="null (5% gain)")
+    ax.axvline(stated * 1e6, color="tab:gray", ls=":", label="stated alpha")
+    ax.set(xscale="symlog", xlabel="per-message start-up alpha, us (symlog)", ylabel="unordered time / best balanced(W) time")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def flip_cost(sweep: pd.DataFrame, p: int) -> float | None:
@@ -235,7 +305,7 @@ def flip_cost(sweep: pd.DataFrame, p: int) -> float | None:
 def claims(exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame, cfg: ScaleConfig,
            seeds: list[int]) -> dict[str, list[float]]:
     """Per-seed values of every claim of the chapter (see its registry file)."""
-    p_model, p_sim = max(cfg.model_ranks), max(cfg.sim_ranks)
+    p_model, p_sim = max(cfg.model_ranks), flow_model_ranks(sims, seeds)
     at_cost = best_spreadout_speedup(sweep[(sweep.p == p_model) & (sweep.o1 == cfg.model.o1)])
     sim_df = pd.DataFrame([{"p": r.p, "seed": r.seed, "kernel": r.kernel, "time_s": r.sim_s} for r in sims])
     sim_speed = best_spreadout_speedup(sim_df[sim_df.p == p_sim])
