@@ -231,7 +231,7 @@ def test_grid_settings_are_frozen_tuples_named_as_the_schema(tasks) -> None:
         s.dim = 4  # type: ignore[misc]
     with pytest.raises(TypeError):
         g.GridSettings("ackley", 3)  # keyword-only: no positional records
-    assert s.surrogate_config() == {"hidden": [16], "epochs": 4}
+    assert s.surrogate_config() == {"hidden": [16], "epochs": 4, "device": "cpu"}
     assert s.search_config() == {"grad_steps": 8, "grad_lr": 0.01, "cma_starts": 4, "cma_generations": 4}
     built = s.build_tasks()
     assert [t.name for t in built] == [t.name for t in tasks]

@@ -106,6 +106,8 @@ class GridSettings:
         Gradient ascent's Adam steps and step size in z-space.
     cma_starts, cma_generations
         CMA-ES runs (from the best offline designs) and generations per run.
+    device
+        Where the surrogates train (``cpu``, ``cuda`` or ``auto``); searches and diagnostics use them on the CPU.
     """
 
     tasks: tuple[str, ...]
@@ -121,6 +123,7 @@ class GridSettings:
     grad_lr: float
     cma_starts: int
     cma_generations: int
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         for name in ("tasks", "seeds", "hidden"):
@@ -132,7 +135,7 @@ class GridSettings:
 
     def surrogate_config(self) -> dict[str, Any]:
         """Overrides of :class:`repro.offopt.pipeline.SurrogateConfig`."""
-        return {"hidden": list(self.hidden), "epochs": self.surrogate_epochs}
+        return {"hidden": list(self.hidden), "epochs": self.surrogate_epochs, "device": self.device}
 
     def search_config(self) -> dict[str, Any]:
         """Overrides of :class:`repro.offopt.pipeline.SearchConfig`."""

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from repro.bridge import BridgeSchedule, MLPDenoiser, bridge_sample, train_bridge
+from repro.devices import resolve_device
 from repro.offopt.gp import DesignPairs, build_root_pairs
 from repro.offopt.optimizers import (
     as_numpy_fn,
@@ -59,6 +60,8 @@ class SurrogateConfig:
         See :func:`repro.offopt.surrogate.train_surrogate`.
     ensemble
         Number of members (1 = a single model; >1 = mean ensemble).
+    device
+        Where the surrogates train (``cpu``, ``cuda`` or ``auto``); they are used on the CPU.
     """
 
     hidden: tuple[int, ...] = (64, 64)
@@ -67,6 +70,7 @@ class SurrogateConfig:
     batch_size: int = 128
     lr: float = 1e-3
     ensemble: int = 1
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,9 @@ class RootConfig:
         If ``True``, draw a fresh GP ensemble and fresh pairs before every
         bridge epoch, as the ROOT code does; ``False`` (the default, today's
         chapter) builds the pairs once and trains every epoch on them.
+    device
+        Where the bridge's denoiser trains and samples (``cpu``, ``cuda`` or
+        ``auto``); the GP ensemble that makes the pairs stays on the CPU.
     """
 
     n_functions: int = 8
@@ -155,6 +162,7 @@ class RootConfig:
     target_from: str = "task_max"
     faithful_to_code: bool = False
     pairs_per_epoch: bool = False
+    device: str = "cpu"
 
 
 @dataclass
@@ -258,7 +266,8 @@ def fit_surrogate(
         regs.append(reg)
         return reg
 
-    common = dict(hidden=cfg.hidden, loss=cfg.loss, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr)
+    common = dict(hidden=cfg.hidden, loss=cfg.loss, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+                  device=cfg.device)
     if cfg.ensemble > 1:
         model = train_ensemble(task.x_z, task.y_z, cfg.ensemble, seed=seed, regularizer_factory=reg_factory, **common)
     else:
@@ -411,7 +420,7 @@ def _propose_root(task: OfflineTask, method: str, *, seed: int, k: int, cfg: Roo
     schedule = BridgeSchedule(n_timesteps=cfg.n_timesteps)
     denoiser = seeded(
         lambda: MLPDenoiser(task.dim, cond_dim=2, hidden=cfg.hidden, n_timesteps=cfg.n_timesteps), derive_seed(seed, 61)
-    )
+    ).to(resolve_device(cfg.device))
     res = train_bridge(
         denoiser,
         x_low,

@@ -286,12 +286,12 @@ class SensitivityRegularizer:
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Return ``weight * L_sens`` for the batch (and update ``omega``)."""
         g_b, s = gradient_sum(model, x, create_graph=True, variant=self.variant)
-        eps = torch.randn(self.n_gamma, generator=self._gen, dtype=torch.float64).to(g_b.dtype)
-        gamma = self.mu + self.sigma * eps
+        eps = torch.randn(self.n_gamma, generator=self._gen, dtype=torch.float64).to(g_b.dtype)  # drawn on the CPU
+        gamma = self.mu + self.sigma * eps.to(g_b.device)
         l_sens = sensitivity_loss(g_b, s, gamma, self.alpha)
         z = (torch.abs(gamma * s.detach()) > torch.abs(self.alpha * g_b.detach())).to(g_b.dtype)
-        if self.update_omega:
-            self._ascend_omega(gamma.detach(), eps, z)
+        if self.update_omega:  # Phi is a small CPU network
+            self._ascend_omega(gamma.detach().cpu(), eps, z.cpu())
         self.history.append(
             {"l_sens": float(l_sens.detach()), "mu": self.mu, "sigma": self.sigma, "frac_sensitive": float(z.mean())}
         )

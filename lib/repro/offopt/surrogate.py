@@ -11,6 +11,11 @@ Determinism: the model's initial weights come from ``torch.manual_seed`` inside
 order from a private :class:`torch.Generator`; regularisers draw from their own
 generators.  So a run is a pure function of its seeds, and a regulariser that
 contributes exactly zero leaves the trained weights bitwise unchanged.
+
+Devices: :func:`train_surrogate` trains on its ``device`` (``cpu``, ``cuda`` or
+``auto``, see :mod:`repro.devices`) and hands the model back on the CPU, where
+the optimisers and diagnostics use it.  Weights are initialised and batches
+ordered on the CPU, so every device starts from the same ones.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from repro.devices import resolve_device
 from repro.models import ACTIVATIONS
 from repro.offopt.seeds import derive_seed
 from repro.validation import (
@@ -226,6 +232,7 @@ def train_surrogate(
     seed: int = 0,
     model: nn.Module | None = None,
     dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
 ) -> TrainResult:
     """Fit a surrogate to ``(x, y)`` with Adam, adding ``regularizer`` to each batch loss.
 
@@ -249,11 +256,13 @@ def train_surrogate(
         A ready model to train instead of a new :class:`MLPSurrogate`.
     dtype
         Floating type of the data and the new model.
+    device
+        Where to train: ``cpu``, ``cuda`` or ``auto``.  The model is back on the CPU on return.
 
     Returns
     -------
     TrainResult
-        The model and its training log.
+        The model (on the CPU) and its training log.
     """
     x = as_2d("x", x)
     y = as_1d("y", y, n=x.shape[0])
@@ -267,8 +276,10 @@ def train_surrogate(
         model = model.to(dtype)
     else:
         dtype = next(model.parameters()).dtype
-    xt = torch.as_tensor(x, dtype=dtype)
-    yt = torch.as_tensor(y, dtype=dtype)
+    dev = resolve_device(device)
+    model.to(dev)
+    xt = torch.as_tensor(x, dtype=dtype).to(dev)
+    yt = torch.as_tensor(y, dtype=dtype).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     gen = torch.Generator().manual_seed(derive_seed(seed, 11))
     history: list[dict[str, float]] = []
@@ -277,7 +288,7 @@ def train_surrogate(
         perm = torch.randperm(xt.shape[0], generator=gen)
         tot_loss, tot_pen, n_batches = 0.0, 0.0, 0
         for start in range(0, xt.shape[0], batch_size):
-            idx = perm[start : start + batch_size]
+            idx = perm[start : start + batch_size].to(dev)
             xb, yb = xt[idx], yt[idx]
             opt.zero_grad(set_to_none=True)
             base = data_loss(model, xb, yb, loss)
@@ -291,6 +302,7 @@ def train_surrogate(
             tot_loss += float(base.detach())
             n_batches += 1
         history.append({"epoch": float(epoch), "loss": tot_loss / n_batches, "penalty": tot_pen / n_batches})
+    model.to("cpu")
     model.eval()
     return TrainResult(model, history)
 

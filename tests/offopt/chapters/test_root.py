@@ -20,7 +20,10 @@ SETTINGS = dict(tasks=["ackley"], dim=3, n_pool=300, q=50.0, n_ref=2000, n_candi
 def test_settings_map_the_schema_onto_the_pipeline() -> None:
     s = root.RootSettings(**SETTINGS)
     assert s.root_config() == {"n_functions": 2, "n_seeds": 16, "gp_steps": 10, "gp_max_points": 200, "hidden": [16],
-                               "epochs": 2, "sample_steps": 5, "guidance": -1.5, "pairs_per_epoch": False}
+                               "epochs": 2, "sample_steps": 5, "guidance": -1.5, "pairs_per_epoch": False,
+                               "device": "cpu"}
+    assert s.surrogate_config()["device"] == "cpu"
+    assert dataclasses.replace(s, device="auto").root_config()["device"] == "auto"
     assert dataclasses.replace(s, pairs_per_epoch=True).root_config()["pairs_per_epoch"] is True
     assert s.methods() == ["best_offline", "grad_ascent", "root"]
     with_ablations = dataclasses.replace(s, ablations=True).methods()

@@ -7,7 +7,9 @@ variant, :attr:`IgniteSettings.judged_variant`: the paired comparisons of
 :func:`repro.offopt.grid.regulariser_claims` (the gain claim is the paired
 *mean* relative gain, not the maximum over noisy pairs, which grows with the
 number of pairs even when the regulariser does nothing) and the sharpness
-reduction of :func:`repro.offopt.grid.diagnostic_reduction`.
+reduction of :func:`repro.offopt.grid.diagnostic_reduction`.  The ``device``
+parameter places the surrogates' training (IGNITE's penalty included); the
+searches and the sharpness measurements use the trained surrogates on the CPU.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ ROOT is compared with the surrogate baselines on the shared grid
 (``F=1``) and without guidance (``w=0``) run beside it but stay out of the
 ranking.  The chapter's claims are read from the grid's rows by
 :func:`root_claims`, and the two figures only this chapter draws are here.
+The ``device`` parameter places the surrogates' training and ROOT's bridge
+(training and sampling); the GP ensemble, the searches and the scoring stay on
+the CPU, and every random draw is made there.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ class RootSettings(GridSettings):
         return {"n_functions": self.n_functions, "n_seeds": self.gp_seeds, "gp_steps": self.gp_steps,
                 "gp_max_points": self.gp_max_points, "hidden": list(self.bridge_hidden), "epochs": self.bridge_epochs,
                 "sample_steps": self.sample_steps, "guidance": self.guidance,
-                "pairs_per_epoch": self.pairs_per_epoch}
+                "pairs_per_epoch": self.pairs_per_epoch, "device": self.device}
 
     def methods(self) -> list[str | MethodSpec]:
         """The grid's methods: the baselines, ROOT, then the ablations when asked for."""

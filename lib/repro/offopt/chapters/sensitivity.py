@@ -5,6 +5,9 @@ Every base optimiser runs with and without BOSS on the shared grid
 sensitivity is logged on the offline set and on unseen top designs.  The
 claims are the paired comparisons of :func:`repro.offopt.grid.regulariser_claims`
 and the sensitivity reduction of :func:`repro.offopt.grid.diagnostic_reduction`.
+The ``device`` parameter places the surrogates' training (BOSS's penalty
+included); the searches and the sensitivity measurements use the trained
+surrogates on the CPU, and every random draw is made there.
 """
 
 from __future__ import annotations
