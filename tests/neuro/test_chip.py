@@ -95,3 +95,34 @@ def test_constraints_change_the_spikes(network, inputs):
 def test_rate_coding_and_integer_conversion():
     spikes = cv.input_spikes(np.array([[0.0, 0.25, 1.0]]), ticks=8)
     assert spikes[:, 0].sum(axis=0).tolist() == [0, 2, 8]
+
+
+def test_random_networks_are_reproducible_and_fire_sparsely():
+    from repro.neuro import synthetic
+
+    net = synthetic.random_network([256, 256, 256], 0.05, seed=2)
+    assert net.sizes == [256, 256, 256]
+    again = synthetic.random_network([256, 256, 256], 0.05, seed=2)
+    assert all(np.array_equal(a, b) for a, b in zip(net.weights, again.weights))
+    assert all(np.array_equal(w, np.round(w)) for w in net.weights)
+    x = synthetic.poisson_inputs(20, 4, 256, 0.05, seed=2)
+    assert 0.03 < x.mean() < 0.07
+    rates = [s.mean() for s in reference_run(net, x).spikes]
+    assert all(0.0 < r < 0.2 for r in rates)
+    with pytest.raises(ValueError):
+        synthetic.random_network([10], 0.1, 0)
+    with pytest.raises(ValueError):
+        synthetic.random_network([10, 10], 0.0, 0)
+
+
+def test_relocated_traffic_keeps_packets_and_recounts_hops(network, inputs):
+    chip = build_chip(network, ChipConfig(8, 16, (5, 6)), seed=0)
+    run = chip_run(chip, inputs)
+    coords = place(len(chip.tiles), (5, 6), "random", seed=4)
+    moved = run.traffic.relocated(coords)
+    assert moved.packets == run.traffic.packets and moved.hops != run.traffic.hops
+    manhattan = np.abs(coords[:, None, :] - coords[None, :, :]).sum(-1)
+    assert moved.hops == int((run.traffic.pairs * manhattan).sum())
+    assert sum(moved.link_loads().values()) == moved.hops
+    with pytest.raises(ValueError):
+        run.traffic.relocated(coords[:-1])

@@ -10,6 +10,8 @@
 * :mod:`repro.neuro.simulate` -- the tick loop: a monolithic torch reference
   and the core-partitioned simulation over worker processes (core phase in
   the workers, network-on-chip phase in the coordinator).
+* :mod:`repro.neuro.synthetic` -- random integer-weight networks and Bernoulli
+  inputs for the simulator's scaling study.
 
 Chapter drivers live in :mod:`repro.neuro.chapters`.
 """

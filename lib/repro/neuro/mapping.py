@@ -91,6 +91,14 @@ class TrafficCounter:
         """Add ``packets`` packets from core ``src`` to each core in ``dst``."""
         np.add.at(self.pairs, (src, dst), packets)
 
+    def relocated(self, coords: np.ndarray) -> TrafficCounter:
+        """The same packets between the same cores, with the cores placed at ``coords`` instead."""
+        if coords.shape != self.coords.shape:
+            raise ValueError(f"need {self.coords.shape} coordinates, got {coords.shape}")
+        moved = TrafficCounter(coords)
+        moved.pairs = self.pairs.copy()
+        return moved
+
     @property
     def packets(self) -> int:
         """Packets sent."""

@@ -108,6 +108,8 @@ class RunResult:
         Total hops, packets summed over every link they cross, the busiest link's packets.
     core_seconds, wall_seconds
         Wall time spent in the core phase (workers included) and in the whole tick loop.
+    traffic
+        The packets between every pair of cores (to re-evaluate another placement of the same cores).
     """
 
     spikes: list[np.ndarray]
@@ -120,6 +122,7 @@ class RunResult:
     max_link_load: int = 0
     core_seconds: float = 0.0
     wall_seconds: float = 0.0
+    traffic: TrafficCounter | None = None
 
     def predictions(self) -> np.ndarray:
         """Class with the most output spikes per image (ties to the lowest index)."""
@@ -236,6 +239,7 @@ def chip_run(chip: Chip, inputs: np.ndarray, workers: int = 1) -> RunResult:
                     for src in np.flatnonzero(per_source):
                         traffic.add(int(src), cores, int(per_source[src]))
             prev = [inputs[t]] + [out[layer][t] for layer in range(n_layers - 1)]
+        wall = time.perf_counter() - start  # before the workers are shut down
     finally:
         for c in conns:
             try:
@@ -244,8 +248,7 @@ def chip_run(chip: Chip, inputs: np.ndarray, workers: int = 1) -> RunResult:
                 pass
         for p in procs:
             p.join(timeout=10)
-    wall = time.perf_counter() - start
     loads = traffic.link_loads()
     spike_packets = traffic.packets - partial
     return RunResult(out, events, spike_packets, partial, expected, traffic.hops, sum(loads.values()),
-                     max(loads.values(), default=0), core_seconds, wall)
+                     max(loads.values(), default=0), core_seconds, wall, traffic)

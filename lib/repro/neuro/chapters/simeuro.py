@@ -3,22 +3,29 @@
 :func:`run_seed` trains the ANN, converts it, runs the monolithic torch
 reference, runs the ideal chip partitioned over worker processes (checking
 bitwise equality and the packet count), and sweeps RRAM levels and device
-variation for accuracy.  :func:`claims` reads the records; the paper-scale
-time is extrapolated by :func:`modelled_minutes`.
+variation for accuracy.  :func:`scaling_study` maps random networks of
+growing width onto square meshes of growing side and times the core phase in
+one process and partitioned over worker processes, and compares the NoC hops
+of sequential and random placement of the same traffic.  :func:`claims` reads
+the records; the paper-scale time is extrapolated by :func:`modelled_minutes`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from tqdm import tqdm
 
 from repro.datasets import load_digits
 from repro.neuro import convert as cv
+from repro.neuro import synthetic
 from repro.neuro.core import DeviceModel
+from repro.neuro.mapping import place
 from repro.neuro.simulate import ChipConfig, build_chip, chip_run, reference_run
 
 
@@ -165,8 +172,106 @@ def grid_frame(records: list[SeedRecord]) -> pd.DataFrame:
     return pd.DataFrame([{"seed": r.seed, **g.__dict__} for r in records for g in r.grid])
 
 
-def claims(records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperScale, device_speedup: float
-           ) -> dict[str, list[float]]:
+@dataclass(frozen=True)
+class ScalingSettings:
+    """The synthetic chips of the scaling study.
+
+    Attributes
+    ----------
+    widths
+        Neurons per population of the random three-population networks (``width -> width -> width``).
+    crossbar
+        Rows = columns of a core.
+    ticks, batch
+        Ticks simulated and inputs per tick.
+    rate
+        Input spike probability per tick.
+    workers
+        Worker processes of the partitioned core phase.
+    """
+
+    widths: tuple[int, ...]
+    crossbar: int
+    ticks: int
+    batch: int
+    rate: float
+    workers: int
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One synthetic chip of the scaling study.
+
+    Attributes
+    ----------
+    seed, width
+        Which chip.
+    cores, mesh_side, synapses
+        Cores used, side of the square mesh they are placed on, synapses of the chip.
+    activity
+        Mean spike probability per neuron and tick over the simulated populations.
+    core_tick_single, core_tick_partitioned
+        Core-phase seconds per tick in one process and over ``workers`` processes.
+    wall_tick_single, wall_tick_partitioned
+        The same for the whole tick loop (core and NoC phases).
+    hops_sequential, hops_random
+        Hops per packet with sequential (tile-order, row-major) and random placement of the same cores.
+    """
+
+    seed: int
+    width: int
+    cores: int
+    mesh_side: int
+    synapses: int
+    activity: float
+    core_tick_single: float
+    core_tick_partitioned: float
+    wall_tick_single: float
+    wall_tick_partitioned: float
+    hops_sequential: float
+    hops_random: float
+
+
+def scaling_point(settings: ScalingSettings, width: int, seed: int) -> ScalingPoint:
+    """Map a random ``width``-wide network on the smallest square mesh that holds it, time it and count its hops."""
+    net = synthetic.random_network([width] * 3, settings.rate, seed)
+    cores = sum(math.ceil(a / settings.crossbar) * math.ceil(b / settings.crossbar)
+                for a, b in zip(net.sizes[:-1], net.sizes[1:]))
+    side = math.ceil(math.sqrt(cores))
+    chip = build_chip(net, ChipConfig(settings.crossbar, settings.crossbar, (side, side)), seed)
+    x = synthetic.poisson_inputs(settings.ticks, settings.batch, width, settings.rate, seed)
+    single = chip_run(chip, x, workers=1)
+    parted = chip_run(chip, x, workers=settings.workers)
+    for a, b in zip(single.spikes, parted.spikes):
+        if not np.array_equal(a, b):
+            raise RuntimeError("the partitioned run differs from the single-process run")
+    shuffled = single.traffic.relocated(place(cores, (side, side), "random", seed))
+    packets = max(single.traffic.packets, 1)
+    return ScalingPoint(seed, width, cores, side, sum(w.size for w in net.weights),
+                        float(np.mean([s.mean() for s in single.spikes])),
+                        single.core_seconds / settings.ticks, parted.core_seconds / settings.ticks,
+                        single.wall_seconds / settings.ticks, parted.wall_seconds / settings.ticks,
+                        single.traffic.hops / packets, shuffled.hops / packets)
+
+
+def scaling_study(settings: ScalingSettings, seeds: list[int]) -> list[ScalingPoint]:
+    """:func:`scaling_point` for every width and seed (one at a time: the timings must not compete)."""
+    jobs = [(w, s) for s in seeds for w in settings.widths]
+    return [scaling_point(settings, w, s) for w, s in tqdm(jobs, desc="synthetic chips")]
+
+
+def per_tick_extrapolation(points: list[ScalingPoint], cores: int, synapses_per_core: int) -> float:
+    """Single-process core-phase seconds per tick of a chip of ``cores`` cores, linear in synapses.
+
+    Uses the measured seconds per synapse of the largest synthetic chip (mean over seeds).
+    """
+    largest = max(p.synapses for p in points)
+    per_synapse = np.mean([p.core_tick_single / p.synapses for p in points if p.synapses == largest])
+    return float(per_synapse * cores * synapses_per_core)
+
+
+def claims(records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperScale, device_speedup: float,
+           points: list[ScalingPoint]) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims (see its registry file)."""
     grid = grid_frame(records)
     lo, hi = min(cfg.levels), max(cfg.levels)
@@ -182,6 +287,11 @@ def claims(records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperScale, dev
         "rram_levels_drop": [100.0 * (acc(r.seed, hi, s_lo) - acc(r.seed, lo, s_lo)) for r in records],
         "variation_drop": [100.0 * (acc(r.seed, hi, s_lo) - acc(r.seed, hi, s_hi)) for r in records],
         "paper_scale_minutes": [modelled_minutes(r, cfg, scale, device_speedup) for r in records],
+        "partition_speedup": [p.core_tick_single / p.core_tick_partitioned for p in points
+                              if p.width == max(q.width for q in points)],
+        "placement_hops_saved": [float(np.mean([100.0 * (1.0 - p.hops_sequential / p.hops_random)
+                                                 for p in points if p.seed == s]))
+                                 for s in sorted({p.seed for p in points})],
     }
 
 
@@ -223,5 +333,30 @@ def minutes_figure(records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperSc
     ax.set_xlabel("assumed speed-up of one GPU over one CPU process here")
     ax.set_ylabel("modelled minutes")
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def scaling_figure(points: list[ScalingPoint], workers: int, paper_cores: int) -> plt.Figure:
+    """Left: core-phase seconds per tick against cores, one process and partitioned.  Right: hops per packet against mesh side."""
+    df = pd.DataFrame([p.__dict__ for p in points])
+    mean = df.groupby(["cores", "mesh_side"]).mean(numeric_only=True).reset_index()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
+    left.plot(mean.cores, mean.core_tick_single, "o-", label="core phase, 1 process")
+    left.plot(mean.cores, mean.core_tick_partitioned, "s-", label=f"core phase, {workers} processes")
+    left.plot(mean.cores, mean.wall_tick_single, "o:", color="tab:blue", alpha=0.6, label="whole tick, 1 process")
+    left.plot(mean.cores, mean.wall_tick_partitioned, "s:", color="tab:orange", alpha=0.6,
+              label=f"whole tick, {workers} processes")
+    left.axvline(paper_cores, color="tab:red", ls="--", label=f"paper: {paper_cores:,} cores")
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xlabel("cores of the synthetic chip")
+    left.set_ylabel("seconds per tick")
+    left.legend(fontsize=7)
+    right.plot(mean.mesh_side, mean.hops_sequential, "o-", label="sequential placement")
+    right.plot(mean.mesh_side, mean.hops_random, "s-", label="random placement")
+    right.set_xlabel("mesh side (cores per row)")
+    right.set_ylabel("hops per packet")
+    right.legend(fontsize=7)
     fig.tight_layout()
     return fig
