@@ -16,12 +16,13 @@ import time
 from typing import Callable, NamedTuple
 
 import numpy as np
+from flwr.app import ArrayRecord
 from flwr.clientapp import ClientApp
 
 from repro.federated.activation import ActivatedFedAvg, MultiMetricActivation, make_probing_client_app
 from repro.federated.cadis import CADIS, make_kd_client_app
 from repro.federated.client import LocalSGD, make_client_app
-from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
+from repro.federated.engine import EvalFn, central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.feddrl import DDPGWeights, make_loss_reporting_client_app
 from repro.federated.feddyn import FedDyn, make_feddyn_client_app
 from repro.federated.fedlama import FedLAMA
@@ -43,8 +44,12 @@ ACTIVE = 8
 
 
 def aggregation_seconds(factory: Callable[[], SeededFedAvg], app: Callable[[TaskSpec], ClientApp] = make_client_app,
-                        rounds: int = ROUNDS) -> float:
-    """Mean wall time of one ``aggregate_train`` call over a short run of the strategy ``factory`` builds."""
+                        rounds: int = ROUNDS, initial: ArrayRecord | None = None, evaluate: EvalFn | None = None) -> float:
+    """Mean wall time of one ``aggregate_train`` call over a short run of the strategy ``factory`` builds.
+
+    ``initial`` and ``evaluate`` replace the task model's initial arrays and central evaluation for
+    strategies whose global record is not that model (an ensemble, a pair of models).
+    """
     strategy = factory()
     inner = strategy.aggregate_train
     spent: list[float] = []
@@ -56,8 +61,8 @@ def aggregation_seconds(factory: Callable[[], SeededFedAvg], app: Callable[[Task
         return out
 
     strategy.aggregate_train = timed  # type: ignore[method-assign]
-    run_federated(strategy, app(SPEC), SPEC.num_clients, initial_arrays(SPEC, 0), rounds,
-                  central_evaluator(SPEC), [rounds])
+    run_federated(strategy, app(SPEC), SPEC.num_clients, initial_arrays(SPEC, 0) if initial is None else initial, rounds,
+                  central_evaluator(SPEC) if evaluate is None else evaluate, [rounds])
     return sum(spent) / len(spent)
 
 
