@@ -9,6 +9,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 
 from repro.pario.async_io import (
     BlockLoader,
@@ -20,7 +21,7 @@ from repro.pario.async_io import (
     shard_sizes,
     write_shards,
 )
-from repro.pario.ddp_train import Strategy, launch_training
+from repro.pario.ddp_train import Strategy, launch_training, process_group_backend, rank_device
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +102,15 @@ def test_ddp_training_is_identical_for_same_sample_order(tmp_path: Path) -> None
     # same blocks, same in-block order: the thread changes when data arrives, not what the model sees
     assert [e["train_loss"] for e in sync["epochs"]] == [e["train_loss"] for e in threaded["epochs"]]
     assert sync["val_loss"] == threaded["val_loss"]
+
+
+def test_ranks_share_a_process_group_backend_their_devices_allow() -> None:
+    """CPU ranks use gloo; CUDA ranks use NCCL only with a GPU each (NCCL refuses two ranks on one GPU)."""
+    cpu = rank_device("cpu", 1)
+    assert cpu == torch.device("cpu")
+    assert process_group_backend(cpu, 2) == "gloo"
+    gpus = torch.cuda.device_count()
+    assert process_group_backend(torch.device("cuda", 0), gpus + 1) == "gloo"
+    if gpus:
+        assert process_group_backend(torch.device("cuda", 0), gpus) == "nccl"
+        assert rank_device("cuda", gpus) == torch.device("cuda", 0)

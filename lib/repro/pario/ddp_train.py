@@ -8,6 +8,13 @@ small 3-D CNN with ``DistributedDataParallel``.  For every strategy the model
 starts from the same seed; per epoch we record the epoch time, the time the
 trainer waited for data and the read operations, and at the end the
 validation loss.  Rank 0 writes the JSON report.
+
+The job's ``device`` (``cpu``, ``cuda`` or ``auto``) places each rank's model
+and batches; the samples are read and the weights initialised on the CPU.  On
+CUDA, rank ``r`` takes GPU ``r mod n``; the process group is NCCL when every
+rank has a GPU of its own and gloo otherwise (NCCL refuses two ranks on one
+GPU, and gloo reduces CUDA tensors through host memory), see
+:func:`process_group_backend`.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from torch import nn
 
 from repro import atomic
 from repro.collectives.executors.launcher import run_mpi
+from repro.devices import resolve_device, synchronize
 from repro.pario.async_io import BlockLoader, EmulatedStorage, LoaderStats, epoch_plan, shard_sizes
 
 
@@ -87,10 +95,23 @@ def make_model(sample_ndim: int, channels: int) -> nn.Module:
     return CosmoNet(channels) if sample_ndim == 4 else NeuronNet(channels)
 
 
-def _train_one(strategy: Strategy, job: dict[str, Any], paths: list[Path], sizes: list[int]) -> dict[str, Any]:
+def rank_device(device: str, rank: int) -> torch.device:
+    """The device of rank ``rank`` for a ``device`` parameter: the CPU, or GPU ``rank mod n`` of the ``n`` there are."""
+    dev = resolve_device(device)
+    return torch.device("cuda", rank % torch.cuda.device_count()) if dev.type == "cuda" else dev
+
+
+def process_group_backend(device: torch.device, world: int) -> str:
+    """``nccl`` when ranks on CUDA each have a GPU of their own, else ``gloo`` (CPU tensors, or ranks sharing a GPU)."""
+    return "nccl" if device.type == "cuda" and torch.cuda.device_count() >= world else "gloo"
+
+
+def _train_one(strategy: Strategy, job: dict[str, Any], paths: list[Path], sizes: list[int],
+               device: torch.device) -> dict[str, Any]:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(job["seed"])
-    model = nn.parallel.DistributedDataParallel(make_model(len(job["sample_shape"]), job["sample_shape"][0]))
+    net = make_model(len(job["sample_shape"]), job["sample_shape"][0]).to(device)
+    model = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.Adam(model.parameters(), lr=job["lr"])
     storage = EmulatedStorage(paths, job["latency"], job["bandwidth"])
     loader = BlockLoader(storage, job["batch"], strategy.threaded, job["seed"] + rank)
@@ -103,10 +124,11 @@ def _train_one(strategy: Strategy, job: dict[str, Any], paths: list[Path], sizes
         losses = []
         for x, y in loader.epoch(plan, epoch, stats):
             opt.zero_grad()
-            loss = nn.functional.mse_loss(model(torch.from_numpy(x)), torch.from_numpy(y))
+            loss = nn.functional.mse_loss(model(torch.from_numpy(x).to(device)), torch.from_numpy(y).to(device))
             loss.backward()
             opt.step()
             losses.append(float(loss))
+        synchronize(device)
         epoch_s = time.perf_counter() - t0
         epochs.append({"epoch": epoch, "epoch_s": epoch_s, "wait_s": stats.wait_s, "ops": stats.ops,
                        "train_loss": float(np.mean(losses)), "samples": stats.samples,
@@ -116,7 +138,7 @@ def _train_one(strategy: Strategy, job: dict[str, Any], paths: list[Path], sizes
     with torch.no_grad():
         xv, yv = torch.from_numpy(np.asarray(job["val_x"], dtype=np.float32)), torch.from_numpy(
             np.asarray(job["val_y"], dtype=np.float32))
-        val = float(nn.functional.mse_loss(model.module(xv), yv))
+        val = float(nn.functional.mse_loss(model.module(xv.to(device)), yv.to(device)))
     return {"strategy": strategy.name, "k": strategy.k, "threaded": strategy.threaded, "epochs": epochs,
             "val_loss": val}
 
@@ -136,11 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     with np.load(job["val_file"]) as val:
         job["val_x"], job["val_y"] = val["x"], val["y"]
     port = comm.bcast(job.get("port") or 29500 + os.getpid() % 20000, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    device = rank_device(job.get("device", "cpu"), rank)
+    dist.init_process_group(process_group_backend(device, world), init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
     paths = [Path(p) for p in job["shards"]]
     sizes = shard_sizes(paths)
     job["sample_shape"] = list(np.asarray(job["val_x"]).shape[1:])
-    rows = [_train_one(Strategy(**s), job, paths, sizes) for s in job["strategies"]]
+    rows = [_train_one(Strategy(**s), job, paths, sizes, device) for s in job["strategies"]]
     gathered = comm.gather(rows, root=0)
     dist.destroy_process_group()
     if rank == 0:
@@ -153,7 +177,7 @@ def launch_training(job: dict[str, Any], procs: int = 2, timeout: float = 300.0)
 
     ``job``: ``shards`` (paths), ``val_x``/``val_y`` (arrays; their sample shape picks the model),
     ``strategies`` (:class:`Strategy`), ``epochs``, ``batch``, ``lr``, ``seed``, ``latency`` (s per
-    read), ``bandwidth`` (bytes/s).
+    read), ``bandwidth`` (bytes/s), and optionally ``device`` (``cpu`` by default, ``cuda`` or ``auto``).
     """
     with tempfile.TemporaryDirectory(prefix="repro-ddp-") as tmp:
         val = Path(tmp, "val.npz")

@@ -6,7 +6,10 @@ every storage latency and seed trains the same model on 2 processes
 loading strategy of :func:`repro.pario.ddp_train.strategies`: synchronous
 per-batch reads, bulk reads alone, the I/O thread alone, and both.  Storage
 is emulated (:class:`repro.pario.async_io.EmulatedStorage`): every read
-pays a latency and a bandwidth cap.
+pays a latency and a bandwidth cap.  The ranks compute on the ``device``
+parameter's device; on CUDA the process group is NCCL only where every rank
+has its own GPU, and stays gloo where they share one
+(:func:`repro.pario.ddp_train.process_group_backend`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class RunConfig:
         Emulated storage bandwidth (bytes/s).
     procs:
         Data-parallel processes.
+    device:
+        Where the ranks compute: ``cpu``, ``cuda`` or ``auto``.
     """
 
     workload: str
@@ -62,6 +67,7 @@ class RunConfig:
     lr: float
     bandwidth: float
     procs: int
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,8 @@ def runs(cfg: RunConfig, latencies: list[float], seeds: list[int], timeout: floa
             for latency in tqdm(latencies, desc=f"training runs, seed {seed}"):
                 job = {"shards": paths, "val_x": x[cfg.samples:], "val_y": y[cfg.samples:],
                        "strategies": strategies(cfg.ks), "epochs": cfg.epochs, "batch": cfg.batch, "lr": cfg.lr,
-                       "seed": seed, "latency": latency, "bandwidth": cfg.bandwidth}
+                       "seed": seed, "latency": latency, "bandwidth": cfg.bandwidth,
+                       "device": cfg.device}
                 rep = launch_training(job, cfg.procs, timeout)
                 for rank, rows in enumerate(rep["ranks"]):
                     for row in rows:
