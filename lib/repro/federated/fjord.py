@@ -78,7 +78,7 @@ class OrderedDropout:
             keep = self._keep[i]
             if keep >= out.shape[1]:
                 return out
-            mask = torch.zeros(out.shape[1], dtype=out.dtype)
+            mask = torch.zeros(out.shape[1], dtype=out.dtype, device=out.device)
             mask[:keep] = 1.0
             return out * mask
 

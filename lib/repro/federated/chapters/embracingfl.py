@@ -77,6 +77,8 @@ class EmbracingRun:
         Local steps per round, rounds, clients sampled per round, evaluation period.
     progress
         Label of a per-round progress bar (``None``: none).
+    device
+        Where the clients train (``cpu``, ``cuda`` or ``auto``).
     """
 
     method: str
@@ -91,6 +93,7 @@ class EmbracingRun:
     active_clients: int
     eval_every: int
     progress: str | None = None
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -133,7 +136,7 @@ def build_strategy(job: EmbracingRun) -> tuple[SeededFedAvg, object]:
     """The strategy and the ``ClientApp`` of ``job``'s method."""
     local = job.sgd.config(job.steps)
     tiers = job.client_tiers()
-    cfg = {"seed": job.seed}
+    cfg = {"seed": job.seed, "device": job.device}
     if job.method == "all_strong":
         return SeededFedAvg(job.active_clients, local, seed=job.seed), make_client_app(job.spec, cfg)
     if job.method in ("strong_only", "embracingfl"):
@@ -157,7 +160,8 @@ def run(job: EmbracingRun) -> RunRecord:
 
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, plan: TierPlan, mixes: list[tuple[float, float]], steps: int, rounds: int,
-          active_clients: int, seeds: list[int], eval_every: int, workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+          active_clients: int, seeds: list[int], eval_every: int, workers: int = 1,
+          device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method on every client mix and seed (all-strong FedAvg once per seed: it ignores the mix).
 
     Returns
@@ -170,10 +174,10 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, plan: TierPlan, mixes: list[tuple[float
     jobs = []
     for seed in seeds:
         jobs.append(EmbracingRun("all_strong", 1.0, 0.0, seed, spec, sgd, plan, steps, rounds, active_clients,
-                                 eval_every))
+                                 eval_every, device=device))
         for strong, moderate in mixes:
             jobs += [EmbracingRun(m, strong, moderate, seed, spec, sgd, plan, steps, rounds, active_clients, eval_every,
-                                  progress=None if workers > 1 else f"{m} strong={strong} seed={seed}")
+                                  progress=None if workers > 1 else f"{m} strong={strong} seed={seed}", device=device)
                      for m in METHODS if m != "all_strong"]
     done = parallel_map(run, jobs, workers)
     final = pd.DataFrame([{"method": r.method, "strong_share": r.strong_share, "seed": r.seed, "accuracy": r.accuracy,
