@@ -34,6 +34,7 @@ import torch
 from flwr.app import MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
+from repro.devices import resolve_device
 from repro.federated.client import client_seed, from_arrayrecord, round_seed, to_arrayrecord
 from repro.federated.split import Exchange, SplitBatch, split_sequential, split_step
 from repro.federated.task import TaskSpec, build_model, client_data, evaluate
@@ -99,7 +100,7 @@ class SplitHistory:
 
 
 def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, rounds: int, steps: int, batch_size: int,
-                       lr: float, seed: int, eval_rounds: Sequence[int]) -> SplitHistory:
+                       lr: float, seed: int, eval_rounds: Sequence[int], device: str = "cpu") -> SplitHistory:
     """Train with SFETEC's hierarchy (or SplitFed's) and evaluate the cloud's model.
 
     Parameters
@@ -117,13 +118,17 @@ def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, roun
     eval_rounds
         Rounds after which to evaluate (0: the initial model).  The evaluated
         model is the sample-weighted average of the edges' bases and cores.
+    device
+        Where bases and cores train (``cpu``, ``cuda`` or ``auto``); batches
+        are drawn on the CPU and evaluation runs there.
     """
     torch.set_num_threads(1)  # as every federated client does (repro.federated.client.begin_round)
     init = get_weights(build_model(spec, seed))
     data = {p: client_data(spec, p) for edge in hierarchy.edges for p in edge}
     size = {p: len(data[p][1]) for p in data}
     edge_size = [sum(size[p] for p in edge) for edge in hierarchy.edges]
-    models = [build_model(spec, seed) for _ in hierarchy.edges]  # edge e's base (as its clients' start) and core
+    dev = resolve_device(device)
+    models = [build_model(spec, seed).to(dev) for _ in hierarchy.edges]  # edge e's base (its clients' start) and core
     for m in models:
         set_weights(m, init)
     history = SplitHistory([], [], [])
@@ -149,7 +154,8 @@ def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, roun
                 for p in edge:
                     x, y = data[p]
                     idx = rngs[p].choice(len(y), size=min(batch_size, len(y)), replace=False)
-                    batch.append(SplitBatch(bases[p], opts[p], torch.from_numpy(x[idx]), torch.from_numpy(y[idx])))
+                    batch.append(SplitBatch(bases[p], opts[p], torch.from_numpy(x[idx]).to(dev),
+                                            torch.from_numpy(y[idx]).to(dev)))
                 _, exchanged = split_step(batch, core, core_opt)
                 for ex in exchanged:
                     traffic = traffic + ex

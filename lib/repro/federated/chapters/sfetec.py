@@ -53,6 +53,8 @@ class SfetecRun:
         SFETEC also averages the bases across edges at the cloud.
     eval_every
         Evaluation period.
+    device
+        Where the clients (and the split models) train: ``cpu``, ``cuda`` or ``auto``.
     """
 
     method: str
@@ -65,6 +67,7 @@ class SfetecRun:
     cloud_every: int
     share_bases: bool
     eval_every: int
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -121,7 +124,7 @@ def run(job: SfetecRun) -> RunRecord:
                 for p in members:
                     edge_of[p] = e
             strategy = HierFAVG(clients, local, edge_of, seed=job.seed, cloud_every=job.cloud_every)
-        hist = run_federated(strategy, make_client_app(job.spec, {"seed": job.seed}), clients,
+        hist = run_federated(strategy, make_client_app(job.spec, {"seed": job.seed, "device": job.device}), clients,
                              initial_arrays(job.spec, job.seed), job.rounds, central_evaluator(job.spec), sched)
         size = model_bytes(job.spec)
         cloud = strategy.cloud_scalars * FLOAT_BYTES / job.rounds if isinstance(strategy, HierFAVG) else 0.0
@@ -130,7 +133,7 @@ def run(job: SfetecRun) -> RunRecord:
         hierarchy = (SplitHierarchy.splitfed(clients) if job.method == "splitfed"
                      else SplitHierarchy(job.edges(), job.cloud_every, job.share_bases))
         split = run_split_training(job.spec, CUT, hierarchy, job.rounds, job.steps, job.batch_size, job.lr, job.seed,
-                                   sched)
+                                   sched, device=job.device)
         rounds, acc = split.rounds, split.accuracy
         up = float(np.mean([t.client_up for t in split.traffic]))
         down = float(np.mean([t.client_down for t in split.traffic]))
@@ -140,7 +143,7 @@ def run(job: SfetecRun) -> RunRecord:
 
 
 def sweep(spec: TaskSpec, steps: int, rounds: int, batch_size: int, lr: float, cloud_every: int, share_bases: bool,
-          seeds: list[int], eval_every: int, workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+          seeds: list[int], eval_every: int, workers: int = 1, device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method for every seed.
 
     Returns
@@ -150,7 +153,7 @@ def sweep(spec: TaskSpec, steps: int, rounds: int, batch_size: int, lr: float, c
     curves : DataFrame
         ``method, seed, round, accuracy``.
     """
-    jobs = [SfetecRun(m, s, spec, steps, rounds, batch_size, lr, cloud_every, share_bases, eval_every)
+    jobs = [SfetecRun(m, s, spec, steps, rounds, batch_size, lr, cloud_every, share_bases, eval_every, device)
             for s in seeds for m in METHODS]
     done = parallel_map(run, jobs, workers)
     final = pd.DataFrame([{k: v for k, v in dataclasses.asdict(r).items() if k != "curve"} for r in done])
