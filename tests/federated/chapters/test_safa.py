@@ -7,6 +7,7 @@ import pandas as pd
 from repro.federated.chapters.safa import choices
 from repro.federated.chapters.safa import claims as safa_claims
 from repro.federated.tuning import chosen, keep_best
+from repro.registry import load_registry
 
 NAN = float("nan")
 
@@ -38,3 +39,9 @@ def test_an_untuned_weak_fedprox_no_longer_passes_the_fedprox_claim():
     # with mu tuned, FedProx's best setting is compared, not the weakest one
     final = _frame()
     assert safa_claims(final, 0.1)["fedprox_gain_vs_fedavg"] != [0.5, 0.5]
+
+
+def test_the_registry_refuses_a_mu_grid_that_makes_the_fedprox_claim_true_by_construction():
+    (check,) = [c for c in load_registry().get("safa").checks if "mus" in c.params]
+    assert check.holds({"mus": [0.3, 1.0], "lr": 0.05, "tau": 10})
+    assert not check.holds({"mus": [0.1, 1.0], "lr": 0.05, "tau": 10})  # the grid of the earlier cpu profile
