@@ -42,6 +42,6 @@ def test_an_untuned_weak_fedprox_no_longer_passes_the_fedprox_claim():
 
 
 def test_the_registry_refuses_a_mu_grid_that_makes_the_fedprox_claim_true_by_construction():
-    (check,) = [c for c in load_registry().get("safa").checks if "mus" in c.params]
+    (check,) = [c for c in load_registry().get("safa").checks if "lr" in c.params]
     assert check.holds({"mus": [0.3, 1.0], "lr": 0.05, "tau": 10})
     assert not check.holds({"mus": [0.1, 1.0], "lr": 0.05, "tau": 10})  # the grid of the earlier cpu profile
