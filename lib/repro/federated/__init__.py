@@ -41,13 +41,20 @@ Algorithms, one module each:
   FjORD's ordered dropout.
 - :mod:`repro.federated.hierfavg`: HierFAVG, client-edge-cloud aggregation composed from Flower's FedAvg.
 - :mod:`repro.federated.sfetec`: SFETEC's split training over edges, SplitFed, and their cost model.
-- :mod:`repro.federated.feddct`: FedDCT's divide-and-co-train ensemble (no chapter yet).
-- :mod:`repro.federated.feddf`: labelled/unlabelled splits and server-side distillation (no chapter yet).
-- :mod:`repro.federated.personal`: seen/unseen clients with the label-access guard (no chapter yet).
+- :mod:`repro.federated.feddct`: FedDCT's divide-and-co-train ensemble and its cluster strategy on Flower.
+- :mod:`repro.federated.feddf`: labelled/unlabelled splits and server-side distillation (FedDF).
+- :mod:`repro.federated.ondevice_kd`: on-device KD's two-model rounds (auxiliary and large model, one
+  Flower strategy), with its baselines as recipes.
+- :mod:`repro.federated.personal`: seen/unseen clients with the label-access guard and the EM label prior;
+  :mod:`repro.federated.feature_shift`: group-wise image transforms (feature shift between clients).
+- :mod:`repro.federated.hypernetwork`: personal heads generated from a label-free client descriptor.
+- :mod:`repro.federated.fedrep`: FedRep, a shared body and personal heads.
 - :mod:`repro.federated.audio`, :mod:`repro.federated.label_noise`: synthetic keyword audio, log-mel
-  features, noise at a target SNR, and per-client label noise (no chapter yet).
+  features, noise at a target SNR, and per-client label noise; :mod:`repro.federated.keywords`: the
+  federated keyword-spotting task built from them (speakers as clients, a log-mel CNN).
+- :mod:`repro.federated.fedopt`: Flower's FedAdam, FedYogi, FedAdagrad and FedAvgM with seeded sampling.
 
 Chapters (:mod:`repro.federated.chapters`), each a driver ``<module>.py`` beside its registry
 file ``<id>.yaml``: ``fedlama``, ``fedluar``, ``biased_activation``, ``safa``, ``fedgrad``,
-``feddrl``, ``cluster_skew_kd``, ``embracingfl``, ``sfetec``.
+``feddrl``, ``cluster_skew_kd``, ``embracingfl``, ``sfetec``, ``feddct``, ``ondevice_kd``.
 """

@@ -297,7 +297,7 @@ def summary_table(final: pd.DataFrame, curves: pd.DataFrame, rounds: int, eval_e
     for m in METHODS:
         r, h = sel[sel.method == m], hit[hit.method == m]
         sd = r.budget_accuracy.std(ddof=1) if len(r) > 1 else 0.0
-        rows.append({"method": LABELS[m], "lr (tuned)": lr[m],
+        rows.append({"method": LABELS[m], "lr (tuned)": f"{lr[m]:g}",
                      "accuracy (%)": f"{r.budget_accuracy.mean():.1f} ± {sd:.1f}",
                      f"rounds to {TARGET_SHARE:.0%} of FedAvg-large's best": f"{h['rounds'].mean():.0f}",
                      "seeds reaching it": f"{int(h.reached.sum())} / {len(h)}"})

@@ -276,7 +276,7 @@ def summary_table(final: pd.DataFrame) -> pd.DataFrame:
     for m in METHODS:
         r = sel[sel.method == m]
         sd = r.budget_accuracy.std(ddof=1) if len(r) > 1 else 0.0
-        rows.append({"method": LABELS[m], "lr (tuned)": lr[m],
+        rows.append({"method": LABELS[m], "lr (tuned)": f"{lr[m]:g}",
                      "accuracy (%)": f"{r.budget_accuracy.mean():.1f} ± {sd:.1f}",
                      "L scalars moved (millions)": round(r.large_scalars.mean() / 1e6, 2),
                      "of which by weak clients": int(r.weak_large_scalars.max()), "seeds": len(r)})
