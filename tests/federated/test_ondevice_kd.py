@@ -99,3 +99,21 @@ def test_kd_weight_ramps_up_to_its_final_value():
     ramp = [kd_weight(r, 0.5, 10) for r in range(12)]
     assert ramp[0] == pytest.approx(0.5 * np.exp(-5.0)) and ramp[10] == ramp[11] == 0.5
     assert all(a < b for a, b in zip(ramp[:10], ramp[1:11]))
+
+
+def test_kd_weight_zero_leaves_only_the_cross_entropy_steps():
+    # equal clients (60 samples, 30 labelled), so the sample weights of CE (30) and CE-then-KD (60) average alike
+    spec = TaskSpec(dataset="digits", num_clients=8, scheme="iid", hidden=(32, 16), n_train=480)
+    tiers = assign_tiers(spec.num_clients, [0.5, 0.5], [STRONG, WEAK], seed=1)
+
+    def final_large(recipe: Recipe, kd_final: float) -> dict[str, np.ndarray]:
+        strategy = TwoModelFedAvg(4, LOCAL, tiers, recipe, seed=0, kd_final=kd_final, kd_rampup=0)
+        hist = run_federated(strategy, make_two_model_client_app(spec, AUX_HIDDEN, 0.5, {"seed": 0}), spec.num_clients,
+                             pair_arrays(spec, AUX_HIDDEN, 0), 4, pair_evaluator(spec, AUX_HIDDEN), [4])
+        return {k: v for k, v in snapshot(hist.final_arrays).items() if k.startswith(LARGE)}
+
+    ce = final_large(Recipe(True, "ce"), 0.5)
+    muted, distilled = final_large(Recipe(True, "ce-then-kd"), 0.0), final_large(Recipe(True, "ce-then-kd"), 0.5)
+    for k in ce:
+        np.testing.assert_array_equal(ce[k], muted[k])
+    assert any(not np.allclose(ce[k], distilled[k]) for k in ce)
