@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -210,3 +211,13 @@ def test_sharded_averaging_moves_fewer_bytes_than_flat_for_groups_of_two_or_more
     for g, s in [(2, 2), (2, 8), (4, 4), (8, 2)]:
         assert sharded_averaging_cost(4e6, g, s, net).bytes_per_process <= flat_averaging_cost(4e6, g * s, net).bytes_per_process
     assert ring_allreduce_time(1e6, 1, net) == 0.0
+
+
+def _omp_threads(ctx):
+    return os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+
+
+def test_ranks_are_spawned_single_threaded_and_the_parent_environment_is_restored(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    assert launch(_omp_threads, 2, timeout_s=300) == [("1", 1), ("1", 1)]
+    assert os.environ["OMP_NUM_THREADS"] == "7"

@@ -12,7 +12,8 @@ traceback, the launcher kills the other ranks at once and raises
 reporting (killed, segfault) is detected from its exit code; a job that
 exceeds its wall-clock ``timeout`` is killed and raises :class:`TimeoutError`.
 Collectives themselves use the same timeout through
-``init_process_group(timeout=...)``.
+``init_process_group(timeout=...)``.  Every rank runs one thread: it is spawned
+with ``OMP_NUM_THREADS=1`` and calls ``torch.set_num_threads(1)``.
 """
 
 from __future__ import annotations
@@ -123,7 +124,6 @@ def build_layout(rank: int, world_size: int, group_size: int) -> GroupLayout:
 
 def _rank_main(rank: int, world_size: int, store_file: str, fn: Callable[..., Any], args: tuple,
                results: Any, timeout_s: float, group_size: int | None) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     try:
         dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world_size,
@@ -177,8 +177,17 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, group_s
         store = str(Path(tmp) / "store")
         procs = [ctx.Process(target=_rank_main, args=(r, world_size, store, fn, args, results, timeout_s, group_size),
                              daemon=True) for r in range(world_size)]
-        for p in procs:
-            p.start()
+        # the children read OMP_NUM_THREADS when they import torch, before _rank_main runs: set it for the spawn
+        saved = os.environ.get("OMP_NUM_THREADS")
+        os.environ["OMP_NUM_THREADS"] = "1"
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            if saved is None:
+                os.environ.pop("OMP_NUM_THREADS")
+            else:
+                os.environ["OMP_NUM_THREADS"] = saved
         outcomes: dict[int, Any] = {}
         deadline = time.monotonic() + timeout_s
         try:
