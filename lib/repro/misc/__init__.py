@@ -2,8 +2,8 @@
 
 * :mod:`repro.misc.kmeans` -- Lloyd K-means with numba kernels in AoS, SoA and
   blocked (AoSoA) layouts, zero padding, privatised serial/parallel centroid
-  reductions, a scikit-learn reference step and an mpi4py Allreduce step
-  (chapter ``kmeans-phi``).
+  reductions, a scikit-learn reference step, an mpi4py Allreduce step and a
+  strong-scaling model of it (chapter ``kmeans-phi``).
 * :mod:`repro.misc.realtime` -- component/activity models turned into networkx
   precedence DAGs, chain-cover thread synthesis (Dilworth), the Graham bound
   and a simpy multiprocessor scheduler simulation (chapter ``component-embedded``).
