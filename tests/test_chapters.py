@@ -1,7 +1,8 @@
 """Every chapter at the smoke profile, then a -W book build and a headless-browser check.
 
-The tests in this module share one set of smoke runs (module fixture), so run
-them on one worker (`pytest -n 2 --dist loadfile`).
+The tests in this module share one set of smoke runs (module fixture, each
+chapter run when first needed), so run them on one worker
+(`pytest -n 2 --dist loadfile`).
 """
 
 from __future__ import annotations
@@ -24,24 +25,44 @@ REG = load_registry()
 pytestmark = pytest.mark.chapter
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory, root):
-    """Run every chapter at the smoke profile into a private output root."""
-    import os
+class SmokeRuns:
+    """Smoke runs into one private output root, each chapter run once, when a test first asks for it.
 
-    out = tmp_path_factory.mktemp("smoke")
-    env = {**os.environ, "REPRO_OUTPUT_ROOT": str(out)}
-    procs = {}
-    for ch in REG.chapters:
-        procs[ch.id] = subprocess.run([sys.executable, "-m", "repro.cli", "run", ch.id, "--profile", "smoke"],
-                                      cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    return out, procs
+    So ``pytest tests/test_chapters.py -k <id>`` runs only that chapter; the
+    book tests ask for every chapter.
+    """
+
+    def __init__(self, out: Path, root: Path) -> None:
+        self.out, self.root = out, root
+        self.procs: dict[str, subprocess.CompletedProcess] = {}
+
+    def proc(self, chapter_id: str) -> subprocess.CompletedProcess:
+        """The finished smoke run of ``chapter_id`` (run now if not yet)."""
+        import os
+
+        if chapter_id not in self.procs:
+            env = {**os.environ, "REPRO_OUTPUT_ROOT": str(self.out)}
+            self.procs[chapter_id] = subprocess.run(
+                [sys.executable, "-m", "repro.cli", "run", chapter_id, "--profile", "smoke"],
+                cwd=self.root, env=env, capture_output=True, text=True, timeout=600)
+        return self.procs[chapter_id]
+
+    def all(self) -> Path:
+        """Run every chapter not run yet; the output root."""
+        for ch in REG.chapters:
+            self.proc(ch.id)
+        return self.out
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, root) -> SmokeRuns:
+    """The module's smoke runs (see :class:`SmokeRuns`)."""
+    return SmokeRuns(tmp_path_factory.mktemp("smoke"), root)
 
 
 @pytest.mark.parametrize("ch", REG.chapters, ids=lambda c: c.id)
 def test_chapter_runs_at_smoke(smoke, ch):
-    out, procs = smoke
-    proc = procs[ch.id]
+    out, proc = smoke.out, smoke.proc(ch.id)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads((out / "results" / ch.id / "smoke" / "record.json").read_text())
     assert set(rec["claims"]) == {c.id for c in ch.claims}
@@ -113,7 +134,7 @@ def built_book(smoke, root, tmp_path_factory):
     """The book built with -W -n --keep-going from the smoke runs."""
     import os
 
-    out, _ = smoke
+    out = smoke.all()
     book = tmp_path_factory.mktemp("book") / "book"
     shutil.copytree(root / "book", book, ignore=shutil.ignore_patterns("_build", "chapters", "_toc.yml", "scoreboard.md",
                                                                         "status.md"))
@@ -190,7 +211,7 @@ def test_two_chapter_course_builds_with_only_its_chapters(smoke, root, tmp_path)
     """A course book holds only its chapters, in its order, in the table of contents and the scoreboard."""
     import os
 
-    out, _ = smoke
+    out = smoke.all()
     course_root = tmp_path / "repo"
     shutil.copytree(root / "book", course_root / "book", ignore=shutil.ignore_patterns("_build", "chapters", "_toc.yml"))
     (course_root / "notebooks").symlink_to(root / "notebooks")
