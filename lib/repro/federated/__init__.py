@@ -56,5 +56,6 @@ Algorithms, one module each:
 
 Chapters (:mod:`repro.federated.chapters`), each a driver ``<module>.py`` beside its registry
 file ``<id>.yaml``: ``fedlama``, ``fedluar``, ``biased_activation``, ``safa``, ``fedgrad``,
-``feddrl``, ``cluster_skew_kd``, ``embracingfl``, ``sfetec``, ``feddct``, ``ondevice_kd``.
+``feddrl``, ``cluster_skew_kd``, ``embracingfl``, ``sfetec``, ``feddct``, ``ondevice_kd``,
+``fedaudio``, ``pfl_unseen``.
 """
