@@ -166,7 +166,7 @@ class GradientMask:
         self.masks = masks
         self.handles = []
         for n, m in masks.items():
-            mf = m.to(params[n].dtype)
+            mf = m.to(device=params[n].device, dtype=params[n].dtype)
             self.handles.append(params[n].register_hook(lambda g, mf=mf: g * mf))
 
     def remove(self) -> None:

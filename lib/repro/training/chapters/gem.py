@@ -19,6 +19,7 @@ from scipy.ndimage import convolve
 from torch import nn
 
 from repro.datasets import load_digits
+from repro.devices import resolve_device
 from repro.models import mlp
 from repro.parallel import parallel_map
 from repro.training.sparse_ft import GradientMask, accumulate_gradients, bitfit, build_masks, lora_model
@@ -90,6 +91,7 @@ class FtSetup:
     lr_sparse: float
     calibration_batches: int
     lora_rank: int
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -138,12 +140,20 @@ def _accuracy(model: nn.Module, split: Split) -> float:
 
 
 def fine_tune(job: FtJob) -> FtResult:
-    """Run one fine-tuning job (one thread)."""
+    """Run one fine-tuning job (one thread).
+
+    Scores, masks and the changes are computed on the CPU; the fine-tuning
+    steps run on ``job.setup.device``.  The global torch seed is set from
+    the job, so LoRA's adapter initialisation does not depend on which jobs
+    ran before in the same process (:func:`pretrained` is cached).
+    """
     torch.set_num_threads(1)
     s = job.setup
+    dev = resolve_device(s.device)
     _, task = digits_tasks(job.seed)
     model = mlp(64, (512, 512, 256), 10)
     model.load_state_dict(pretrained(job.seed, s.pretrain_epochs))
+    torch.manual_seed(job.seed)
     w0 = {n: p.detach().clone() for n, p in model.named_parameters()}
     body = _body(model)
     budget = int(round(job.budget_percent / 100 * sum(p.numel() for p in body.values())))
@@ -159,7 +169,7 @@ def fine_tune(job: FtJob) -> FtResult:
         kind, alloc = SPARSE[job.method]
         grads = accumulate_gradients(model, loss_fn, calib, list(body)) if kind in ("ratio", "grad") else {}
         masks = build_masks(body, grads, kind, alloc, budget, seed=job.seed)
-        GradientMask(model, masks)
+        GradientMask(model.to(dev), masks)
     elif job.method == "LoRA":
         linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n != HEAD]
         model = lora_model(model, s.lora_rank, linears, [HEAD])
@@ -167,18 +177,21 @@ def fine_tune(job: FtJob) -> FtResult:
         bitfit(model, [HEAD])
     else:
         raise ValueError(f"unknown method {job.method!r}; choose one of {METHODS}")
+    model.to(dev)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)  # no decay: frozen entries must stay exact
+    x_train, y_train = task.x_train.to(dev), task.y_train.to(dev)
     step = 0
     while step < s.steps:
         model.train()
         for idx in torch.randperm(len(task.x_train), generator=gen).split(s.batch_size):
             opt.zero_grad(set_to_none=True)
-            loss_fn(model(task.x_train[idx]), task.y_train[idx]).backward()
+            loss_fn(model(x_train[idx.to(dev)]), y_train[idx.to(dev)]).backward()
             opt.step()
             step += 1
             if step == s.steps:
                 break
+    model.to("cpu")
     acc = _accuracy(model, task)
     if job.method == "LoRA":
         n_train = sum(p.numel() for p in trainable)
