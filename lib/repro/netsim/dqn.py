@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from stable_baselines3 import DQN
 
+from repro.checkpoints import trained
 from repro.devices import resolve_device
 
 
@@ -167,6 +168,40 @@ def save(model: DQN, path: str | Path) -> Path:
     return path.with_suffix(".zip") if path.suffix != ".zip" else path
 
 
-def load(path: str | Path) -> DQN:
-    """Load a model written by :func:`save` (its exploration guide is not stored; it acts greedily)."""
-    return DQN.load(path, device="cpu")
+def load(path: str | Path, device: str = "cpu") -> DQN:
+    """Load a model written by :func:`save` onto ``device`` (its exploration guide is not stored; it acts greedily)."""
+    return DQN.load(path, device=resolve_device(device))
+
+
+@dataclass(frozen=True)
+class CheckpointedDQN:
+    """A trained (or reloaded) agent and where its checkpoint lies.
+
+    Attributes
+    ----------
+    trained
+        The agent with the returns, lengths and wall time of its training
+        (for a reloaded agent, those of the run that trained it).
+    path
+        The checkpoint (``None`` when not saved).
+    """
+
+    trained: TrainedDQN
+    path: str | None
+
+
+def checkpointed_dqn(folder: str | None, name: str, reuse: bool, train: Callable[[], TrainedDQN],
+                     device: str = "cpu") -> CheckpointedDQN:
+    """Train an agent with ``train`` and save it as ``folder/name``, or with ``reuse`` load it from there.
+
+    The training curve and wall time are saved beside the archive (see
+    :func:`repro.checkpoints.trained`), so a redrawn chapter has them too.
+    """
+    def run_training() -> tuple[DQN, dict]:
+        t = train()
+        return t.model, {"returns": list(t.episode_returns), "lengths": list(t.episode_lengths), "seconds": t.seconds}
+
+    done = trained(folder, name, reuse, run_training, save, lambda path: load(path, device))
+    x = done.extras
+    return CheckpointedDQN(TrainedDQN(done.model, tuple(x["returns"]), tuple(x["lengths"]), float(x["seconds"])),
+                           None if done.path is None else str(done.path))

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
 
-from repro.netsim.dqn import DQNConfig, greedy_actions, save, train_dqn
+from repro.netsim.dqn import DQNConfig, checkpointed_dqn, greedy_actions, train_dqn
 from repro.netsim.figures import learning_curves, metric_panels
 from repro.netsim.heuristics import FixedPath, GreedyLatency, RandomAllowed
 from repro.netsim.v2x import V2C, V2I, V2I_I2C, ThreeTierV2XEnv, V2XConfig, latencies_from_observation
@@ -64,6 +63,8 @@ class V2XJob:
         Where the trained model is saved (``None``: not saved).
     device
         Where the Q-networks train and act: ``cpu``, ``cuda`` or ``auto``.
+    reuse
+        Load the agents (and their training curves) from ``checkpoint_dir`` instead of training.
     """
 
     agent: str
@@ -77,6 +78,7 @@ class V2XJob:
     dqn: DQNConfig
     checkpoint_dir: str | None = None
     device: str = "cpu"
+    reuse: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,11 +137,11 @@ def run(job: V2XJob) -> V2XResult:
         raise ValueError(f"unknown agent {job.agent!r}; use one of {AGENTS + ('baselines',)}")
     train_cfg = scenario(job.base, job.train_load, job.train_horizon_s)
     guide = functools.partial(latencies_from_observation, train_cfg) if job.agent == AGENTS[0] else None
-    trained = train_dqn(ThreeTierV2XEnv(train_cfg), job.train_steps, job.seed, job.dqn, guide, job.device)
-    path = None
-    if job.checkpoint_dir is not None:
-        tag = "guided" if guide else "uniform"
-        path = str(save(trained.model, Path(job.checkpoint_dir) / f"dqn_{tag}_seed{job.seed}.zip"))
+    tag = "guided" if guide else "uniform"
+    done = checkpointed_dqn(job.checkpoint_dir, f"dqn_{tag}_seed{job.seed}.zip", job.reuse,
+                            lambda: train_dqn(ThreeTierV2XEnv(train_cfg), job.train_steps, job.seed, job.dqn, guide,
+                                              job.device), job.device)
+    trained, path = done.trained, done.path
     act = lambda o, i: int(greedy_actions(trained.model, o)[0])  # noqa: E731
     evals = tuple(evaluate(scenario(job.base, load, job.eval_horizon_s), test, act, job.agent, load)
                   for load in job.eval_loads)
@@ -165,10 +167,10 @@ def lightest(points: tuple[Load, ...]) -> Load:
 
 def sweep(base: V2XConfig, eval_loads: tuple[Load, ...], train_load: Load, seeds: list[int], train_steps: int,
           train_horizon_s: float, eval_horizon_s: float, dqn: DQNConfig, checkpoint_dir: str | None,
-          workers: int = 1, device: str = "cpu") -> list[V2XResult]:
-    """Every agent and the baselines for every seed (the agents' networks on ``device``)."""
+          workers: int = 1, device: str = "cpu", reuse: bool = False) -> list[V2XResult]:
+    """Every agent and the baselines for every seed (the agents' networks on ``device``; with ``reuse``, loaded)."""
     jobs = [V2XJob(agent, s, base, train_load, train_steps, train_horizon_s, eval_loads, eval_horizon_s, dqn,
-                   checkpoint_dir, device) for s in seeds for agent in (*AGENTS, "baselines")]
+                   checkpoint_dir, device, reuse) for s in seeds for agent in (*AGENTS, "baselines")]
     return parallel_map(run, jobs, workers=workers, desc="v2x-dqn runs")
 
 

@@ -9,7 +9,6 @@ sweep.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable
 
 import matplotlib.pyplot as plt
@@ -17,7 +16,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from repro.netsim.dqn import DQNConfig, greedy_actions, save, train_dqn
+from repro.checkpoints import trained
+from repro.netsim.dqn import DQNConfig, checkpointed_dqn, greedy_actions, train_dqn
 from repro.netsim.figures import learning_curves
 from repro.netsim.qlearning import QLearningConfig, TabularQ
 from repro.netsim.wrsn import WRSNChargingEnv, WRSNConfig, nearest_request
@@ -111,6 +111,8 @@ class WRSNJob:
         Where trained agents are saved (``None``: not saved).
     device
         Where the DQN's networks train and act: ``cpu``, ``cuda`` or ``auto`` (Q-charging is a numpy table).
+    reuse
+        Load the agents (and their training curves) from ``checkpoint_dir`` instead of training.
     """
 
     agent: str
@@ -124,6 +126,7 @@ class WRSNJob:
     qconfig: QLearningConfig
     checkpoint_dir: str | None = None
     device: str = "cpu"
+    reuse: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,11 @@ def _evaluate(job: WRSNJob, name: str, act) -> list[Lifetime]:
     return out
 
 
+def _q_charging_with_returns(job: WRSNJob) -> tuple[TabularQ, dict]:
+    agent, returns = train_q_charging(job.config, job.q_episodes, job.seed, job.qconfig)
+    return agent, {"returns": [float(r) for r in returns]}
+
+
 def run(job: WRSNJob) -> WRSNResult:
     """Train (for an agent) and evaluate one job."""
     torch.set_num_threads(1)
@@ -163,16 +171,18 @@ def run(job: WRSNJob) -> WRSNResult:
         return WRSNResult(job, tuple(lifes), (), None)
     path = None
     if job.agent == "DQN":
-        trained = train_dqn(WRSNChargingEnv(job.config), job.train_steps, job.seed, job.dqn, device=job.device)
-        if job.checkpoint_dir is not None:
-            path = str(save(trained.model, Path(job.checkpoint_dir) / f"dqn_seed{job.seed}.zip"))
-        curve = tuple(trained.episode_returns)
-        lifes = _evaluate(job, "DQN", lambda env, obs: int(greedy_actions(trained.model, obs)[0]))
+        done = checkpointed_dqn(job.checkpoint_dir, f"dqn_seed{job.seed}.zip", job.reuse,
+                                lambda: train_dqn(WRSNChargingEnv(job.config), job.train_steps, job.seed, job.dqn,
+                                                  device=job.device), job.device)
+        dqn_run, path = done.trained, done.path
+        curve = tuple(dqn_run.episode_returns)
+        lifes = _evaluate(job, "DQN", lambda env, obs: int(greedy_actions(dqn_run.model, obs)[0]))
     elif job.agent == "Q-charging":
-        agent, returns = train_q_charging(job.config, job.q_episodes, job.seed, job.qconfig)
-        if job.checkpoint_dir is not None:
-            path = str(agent.save(Path(job.checkpoint_dir) / f"q_charging_seed{job.seed}.npy"))
-        curve = tuple(returns)
+        tables = trained(job.checkpoint_dir, f"q_charging_seed{job.seed}.npy", job.reuse,
+                         lambda: _q_charging_with_returns(job), lambda a, p: a.save(p),
+                         lambda p: TabularQ.load(p, job.qconfig))
+        agent, path = tables.model, None if tables.path is None else str(tables.path)
+        curve = tuple(tables.extras["returns"])
         ones = np.ones((1, agent.table.shape[2]))
         lifes = _evaluate(job, "Q-charging",
                           lambda env, obs: int(agent.greedy(np.array([location_state(env)]), ones)[0]))
@@ -183,10 +193,10 @@ def run(job: WRSNJob) -> WRSNResult:
 
 def sweep(config: WRSNConfig, seeds: list[int], train_steps: int, q_episodes: int, eval_networks: int,
           packet_probs: list[float], dqn: DQNConfig, qconfig: QLearningConfig, checkpoint_dir: str | None,
-          workers: int = 1, device: str = "cpu") -> list[WRSNResult]:
-    """Every agent and the heuristics, for every seed (the DQN's networks on ``device``)."""
+          workers: int = 1, device: str = "cpu", reuse: bool = False) -> list[WRSNResult]:
+    """Every agent and the heuristics, for every seed (the DQN's networks on ``device``; with ``reuse``, loaded)."""
     jobs = [WRSNJob(agent, s, config, train_steps, q_episodes, eval_networks, tuple(packet_probs), dqn, qconfig,
-                    checkpoint_dir, device) for s in seeds for agent in (*AGENTS, "heuristics")]
+                    checkpoint_dir, device, reuse) for s in seeds for agent in (*AGENTS, "heuristics")]
     return parallel_map(run, jobs, workers=workers, desc="wrsn-drl runs")
 
 
