@@ -134,6 +134,12 @@ def platform_for(p: int, hosts_per_router: int, constants: DragonflyConstants) -
     return with_endpoint_overhead(pf, constants.alpha)
 
 
+SIMGRID_TIMEOUT_S = 6 * 3600.0
+"""Wall-clock limit of one SimGrid point.  An all-at-once exchange with 16k flows in flight (512 ranks, 16 per
+router; the paper profiles' unordered points at 1024 ranks have as many) used more than 12 CPU-minutes and was
+still running after 50 minutes of wall time on a loaded host."""
+
+
 @dataclass(frozen=True)
 class SimPoint:
     """One SimGrid run of a kernel on a pattern.
@@ -161,7 +167,7 @@ class SimPoint:
 
 
 def simulate_kernel(pattern: Pattern, kernel: KernelSpec | str, platform: Platform,
-                    timeout: float = 600.0, placement: list[int] | None = None) -> SimPoint:
+                    timeout: float = SIMGRID_TIMEOUT_S, placement: list[int] | None = None) -> SimPoint:
     """Run one kernel's exchange schedule for ``pattern`` on ``platform`` with SimGrid.
 
     ``placement[r]`` is the host of rank ``r`` (default: host ``r``).

@@ -193,7 +193,7 @@ def simgrid_runs(cfg: ScaleConfig, seeds: list[int]) -> list[SimRecord]:
             continue
         if p not in platforms:
             platforms[p] = platform_for(p, cfg.sim_ranks_per_node, cfg.platform)
-        sim = simulate_kernel(pat, kernel, platforms[p], timeout=3600.0)
+        sim = simulate_kernel(pat, kernel, platforms[p])
         model = round_loads(table, pat.counts).time(flat)
         out.append(SimRecord(p, seed, kernel.label, sim.time, model, sim.rounds, sim.messages, sim.wall_s))
     return out
@@ -270,7 +270,7 @@ def alpha_sweep(cfg: ScaleConfig, sims: list[SimRecord], seeds: list[int], alpha
     platforms = {a: platform_for(p, cfg.sim_ranks_per_node, replace(cfg.platform, alpha=a)) for a in others}
     patterns = {s: irregular_pattern(p, cfg.sim_ranks_per_node, cfg.bytes_per_rank, cfg.mean_run, s) for s in seeds}
     for alpha, seed, kernel in tqdm(points, desc=f"SimGrid start-up sweep at P = {p}"):
-        sim = simulate_kernel(patterns[seed], specs[kernel], platforms[alpha], timeout=3600.0)
+        sim = simulate_kernel(patterns[seed], specs[kernel], platforms[alpha])
         rows.append({"p": p, "seed": seed, "kernel": kernel, "time_s": sim.time, "alpha": alpha})
     return pd.DataFrame(rows)
 
