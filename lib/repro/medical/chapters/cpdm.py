@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from repro.bridge import BridgeSchedule
+from repro.checkpoints import trained
 from repro.devices import resolve_device, synchronize
 from repro.medical.cpdm import (
     BridgeSettings,
@@ -38,7 +39,7 @@ from repro.medical.figures import show_ct, show_pet
 from repro.medical.metrics import TranslationScores, score_translations
 from repro.medical.phantom import PhantomConfig, generate_set, hot_spot_mask, normalise_ct, normalise_pet
 from repro.medical.regression import predict, train_regression
-from repro.medical.unet import UNetConfig, save_unet
+from repro.medical.unet import UNet, UNetConfig, load_unet, save_unet
 from repro.parallel import parallel_map
 
 ARMS = ("bbdm", "bbdm_attenuation", "bbdm_attention", "cpdm", "l1_unet")
@@ -102,6 +103,7 @@ class SeedJob:
     seed: int
     checkpoint_dir: str
     threads: int
+    reuse: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,11 +201,13 @@ def run_seed(job: SeedJob) -> SeedResult:
     meta = {"seed": seed, "params": asdict(p)}
 
     plain = UNetConfig(base=p.base_channels, levels=p.levels)
-    seg = train_segmenter(
+    def save(net: UNet, path: Path) -> Path:
+        return save_unet(net, path, meta)
+
+    seg = trained(ckpt, f"segmenter_seed{seed}.pt", job.reuse, lambda: (train_segmenter(
         ct01[train], hot_spot_mask(pet01[train], p.hot_threshold), plain,
         epochs=p.seg_epochs, batch_size=p.batch_size, lr=p.lr, seed=seed, device=dev,
-    )
-    save_unet(seg, ckpt / f"segmenter_seed{seed}.pt", meta)
+    ), {}), save, load_unet).model
     attention = attention_channel(seg, ct01)
     predicted, hot = attention[test] > 0, hot_spot_mask(pet01[test], p.hot_threshold)
     seg_dice = float(2.0 * (predicted & hot).sum() / max(predicted.sum() + hot.sum(), 1))
@@ -215,22 +219,25 @@ def run_seed(job: SeedJob) -> SeedResult:
     )
     results, predictions = [], {}
     for arm in ARMS:
-        start = time.perf_counter()
-        if arm == "l1_unet":
-            net = train_regression(ct01[train], pet01[train], plain, epochs=p.epochs, batch_size=p.batch_size, lr=p.lr, seed=seed,
-                                   device=dev)
+        cond = None if arm == "l1_unet" else condition_stack(ARM_MAPS[arm], attenuation, attention)
+
+        def train_arm(arm: str = arm, cond: np.ndarray | None = cond) -> tuple[UNet, dict]:
+            start = time.perf_counter()
+            if arm == "l1_unet":
+                net = train_regression(ct01[train], pet01[train], plain, epochs=p.epochs, batch_size=p.batch_size, lr=p.lr,
+                                       seed=seed, device=dev)
+            else:
+                net = train_translator(ARM_MAPS[arm], ct01[train], pet01[train], None if cond is None else cond[train], plain,
+                                       settings, seed, device=dev)
             synchronize(dev)
-            seconds = time.perf_counter() - start
+            return net, {"train_seconds": time.perf_counter() - start}
+
+        done = trained(ckpt, f"{arm}_seed{seed}.pt", job.reuse, train_arm, save, load_unet)
+        net, seconds, path = done.model, float(done.extras["train_seconds"]), str(done.path)
+        if arm == "l1_unet":
             estimate = predict(net, ct01[test])
         else:
-            maps = ARM_MAPS[arm]
-            cond = condition_stack(maps, attenuation, attention)
-            net = train_translator(maps, ct01[train], pet01[train], None if cond is None else cond[train], plain, settings, seed,
-                                   device=dev)
-            synchronize(dev)
-            seconds = time.perf_counter() - start
             estimate = translate(net, ct01[test], None if cond is None else cond[test], settings, seed)
-        path = str(save_unet(net, ckpt / f"{arm}_seed{seed}.pt", meta))
         results.append(ArmResult(arm, seed, score_translations(pet01[test], estimate, test_masks, p.suv_max), seconds, path))
         predictions[arm] = estimate[: p.n_examples]
     k = slice(p.n_train, p.n_train + p.n_examples)
@@ -238,9 +245,12 @@ def run_seed(job: SeedJob) -> SeedResult:
     return SeedResult(seed, tuple(results), seg_dice, examples)
 
 
-def sweep(params: CpdmParams, output_dir: str | Path) -> list[SeedResult]:
-    """Run every seed (in ``params.workers`` processes), checkpoints under ``output_dir/checkpoints``."""
-    jobs = [SeedJob(params, s, str(Path(output_dir) / "checkpoints"), TORCH_THREADS) for s in params.seeds]
+def sweep(params: CpdmParams, output_dir: str | Path, reuse: bool = False) -> list[SeedResult]:
+    """Run every seed (in ``params.workers`` processes), checkpoints under ``output_dir/checkpoints``.
+
+    With ``reuse`` the networks (and their training times) are loaded from there instead of trained.
+    """
+    jobs = [SeedJob(params, s, str(Path(output_dir) / "checkpoints"), TORCH_THREADS, reuse) for s in params.seeds]
     return parallel_map(run_seed, jobs, workers=params.workers, desc="cpdm seeds")
 
 
