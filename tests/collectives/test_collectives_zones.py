@@ -16,7 +16,7 @@ import pytest
 from repro.collectives.algorithms import build_schedule
 from repro.collectives.dragonfly import dragonfly, global_router, with_endpoint_overhead
 from repro.collectives.executors.simgrid import simgrid_available, simulate
-from repro.collectives.platforms import ZoneRoute
+from repro.collectives.platforms import Platform, ZoneRoute
 from repro.pario.exchange_sim import DragonflyConstants, irregular_pattern, platform_for, simulate_kernel
 
 CONSTANTS = DragonflyConstants(10e9, 5e9, 100e-9, 100e-9, 1.5e-6)
@@ -82,6 +82,12 @@ def test_check_rejects_broken_zones() -> None:
     top.zone_routes[pair] = ZoneRoute(good.gw_src, good.gw_dst, ("no-such-link",))
     with pytest.raises(ValueError, match="unknown links"):
         pf.check()
+    top.zone_routes[pair] = good
+    pf.check()
+    leaf = next(z for z in top.walk() if z.hosts)
+    leaf.hosts.pop()
+    with pytest.raises(ValueError, match="exactly one leaf"):
+        Platform(pf.name, pf.hosts, pf.links, {}, pf.host_speed, top).check()
 
 
 @needs_simgrid

@@ -240,7 +240,7 @@ class Platform:
 
     def _check_zones(self) -> None:
         paths = self._zone_paths()
-        if set(paths) < set(self.hosts) or len({h for z in self.zone.walk() for h in z.hosts}) != len(self.hosts):
+        if not set(self.hosts) <= set(paths) or len({h for z in self.zone.walk() for h in z.hosts}) != len(self.hosts):
             raise ValueError("every host must be in exactly one leaf zone")
         names = [z.name for z in self.zone.walk()]
         if len(set(names)) != len(names) or set(names) & set(paths):
