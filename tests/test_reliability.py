@@ -12,6 +12,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -197,3 +198,16 @@ def test_ctrl_c_is_one_line_and_leaves_no_kernel_files(root, out_root, tmp_path)
     assert not list(tmpdir.rglob("*.json")), "kernel connection files left behind"
     assert not (out_root / "results" / "fedlama" / "smoke").exists()
 
+
+
+def test_kernel_sockets_live_in_the_runs_private_folder(tmp_path, monkeypatch):
+    """Two runs started at once never share IPC sockets (jupyter_client's default is kernel-ipc-<n> in the cwd)."""
+    firsts = []
+    for name in ("a", "b"):
+        private = tmp_path / name
+        private.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(private))
+        km = runner.LocalKernelManager(kernel_name="python3")
+        assert km.transport == "ipc" and Path(km.ip).is_absolute() and Path(km.ip).parent == private.resolve()
+        firsts.append(km.ip)
+    assert firsts[0] != firsts[1]

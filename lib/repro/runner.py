@@ -45,11 +45,15 @@ class LocalKernelManager(AsyncKernelManager):
     """A kernel that talks to its client over local IPC sockets, not TCP ports.
 
     The kernel is always on this machine, so TCP (and the kernel's warning
-    that it runs over TCP without encryption) buys nothing; the sockets sit
-    beside the connection file in the run's private temporary folder.
+    that it runs over TCP without encryption) buys nothing.  The sockets sit
+    in the run's private temporary folder (``tempfile.gettempdir()`` while
+    the runner executes): jupyter_client's default is ``kernel-ipc-<n>`` in
+    the working directory, numbered from 1, so two runs started at once from
+    the repo root would share sockets and fail with "Invalid Signature".
     """
 
     def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("ip", str(Path(tempfile.gettempdir()).resolve() / "kernel-ipc"))
         super().__init__(transport="ipc", **kwargs)
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
