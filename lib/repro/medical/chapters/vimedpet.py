@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from repro.checkpoints import trained
 from repro.devices import resolve_device
 from repro.medical.figures import show_ct, show_pet
 from repro.medical.phantom import SITES, PhantomConfig, PhantomSet, generate_set, normalise_ct, normalise_pet
@@ -35,6 +36,7 @@ from repro.medical.report_generator import (
     ReportGenerator,
     Vocabulary,
     generate_reports,
+    load_generator,
     save_generator,
     train_generator,
 )
@@ -97,6 +99,7 @@ class SeedJob:
     seed: int
     checkpoint_dir: str
     threads: int
+    reuse: bool = False
 
 
 @dataclass(frozen=True)
@@ -215,30 +218,44 @@ def run_seed(job: SeedJob) -> SeedResult:
     ckpt, meta = Path(job.checkpoint_dir), {"seed": seed, "params": asdict(p)}
 
     config = GeneratorConfig((p.depth, p.size, p.size), len(vocab), p.channels, p.hidden, p.embed)
-    general_ids = vocab.encode(general_reports, p.max_len + 1)
-    pretrained, losses = {}, {}
-    for variant, x_pre in (("ctpet", x_general), ("ct_only", blank_pet(x_general))):
-        torch.manual_seed(seed)
-        pretrained[variant] = ReportGenerator(config).to(dev)
-        losses[variant] = train_generator(pretrained[variant], x_pre, general_ids, epochs=p.pretrain_epochs,
-                                          batch_size=p.batch_size, lr=p.lr, seed=seed, desc=f"pre-training ({variant})")
-    save_generator(pretrained["ct_only"], vocab, scaling, ckpt / f"pretrained_ct_only_seed{seed}.pt", meta)
-    train_ids = vocab.encode(train_reports, p.max_len + 1)
-    models, inputs = {"no_finetune": pretrained["ctpet"]}, {"no_finetune": x_test}
-    for arm, (start, fit_x, eval_x) in {
-        "finetune_ct_only": (pretrained["ct_only"], blank_pet(x_train), blank_pet(x_test)),
-        "finetune_ctpet": (pretrained["ctpet"], x_train, x_test),
-    }.items():
-        model = copy.deepcopy(start)
-        train_generator(model, fit_x, train_ids, epochs=p.finetune_epochs, batch_size=p.batch_size, lr=p.lr,
-                        seed=seed + 1, desc=f"fine-tuning ({arm})")
-        models[arm], inputs[arm] = model, eval_x
+    inputs = {"no_finetune": x_test, "finetune_ct_only": blank_pet(x_test), "finetune_ctpet": x_test}
+
+    def train_arms() -> tuple[dict[str, ReportGenerator], dict]:
+        general_ids = vocab.encode(general_reports, p.max_len + 1)
+        pretrained, losses = {}, {}
+        for variant, x_pre in (("ctpet", x_general), ("ct_only", blank_pet(x_general))):
+            torch.manual_seed(seed)
+            pretrained[variant] = ReportGenerator(config).to(dev)
+            losses[variant] = train_generator(pretrained[variant], x_pre, general_ids, epochs=p.pretrain_epochs,
+                                              batch_size=p.batch_size, lr=p.lr, seed=seed, desc=f"pre-training ({variant})")
+        save_generator(pretrained["ct_only"], vocab, scaling, ckpt / f"pretrained_ct_only_seed{seed}.pt", meta)
+        train_ids = vocab.encode(train_reports, p.max_len + 1)
+        models = {"no_finetune": pretrained["ctpet"]}
+        for arm, (start, fit_x) in {"finetune_ct_only": (pretrained["ct_only"], blank_pet(x_train)),
+                                    "finetune_ctpet": (pretrained["ctpet"], x_train)}.items():
+            model = copy.deepcopy(start)
+            train_generator(model, fit_x, train_ids, epochs=p.finetune_epochs, batch_size=p.batch_size, lr=p.lr,
+                            seed=seed + 1, desc=f"fine-tuning ({arm})")
+            models[arm] = model
+        return models, {"pretraining_loss": [float(v) for v in losses["ctpet"]]}
+
+    def arm_path(first: Path, arm: str) -> Path:
+        return first.with_name(f"{arm}_seed{seed}.pt")
+
+    def save_arms(models: dict[str, ReportGenerator], first: Path) -> Path:
+        for arm in ARMS:
+            save_generator(models[arm], vocab, scaling, arm_path(first, arm), meta)
+        return first
+
+    done = trained(ckpt, f"{ARMS[0]}_seed{seed}.pt", job.reuse, train_arms, save_arms,
+                   lambda first: {arm: load_generator(arm_path(first, arm))[0] for arm in ARMS})
+    models, losses = done.model, done.extras["pretraining_loss"]
 
     results, generated = [], {}
     for arm in ARMS:
         reports = generate_reports(models[arm], vocab, inputs[arm], p.max_len)
         generated[arm] = reports
-        path = str(save_generator(models[arm], vocab, scaling, ckpt / f"{arm}_seed{seed}.pt", meta))
+        path = str(arm_path(done.path, arm))
         results.append(ArmResult(arm, seed, bleu4(reports, test_reports), rouge_l(reports, test_reports),
                                  field_accuracy(reports, test_truth), path))
     raw = volumes(domain, p.suv_max)[p.n_train : p.n_train + p.n_examples]
@@ -246,12 +263,15 @@ def run_seed(job: SeedJob) -> SeedResult:
         ReportExample(raw[i, 0][:, p.size // 2], raw[i, 1].max(axis=1), test_reports[i], {a: generated[a][i] for a in ARMS})
         for i in range(len(raw))
     )
-    return SeedResult(seed, tuple(results), examples, tuple(losses["ctpet"]))
+    return SeedResult(seed, tuple(results), examples, tuple(losses))
 
 
-def sweep(params: VimedpetParams, output_dir: str | Path) -> list[SeedResult]:
-    """Run every seed (in ``params.workers`` processes), checkpoints under ``output_dir/checkpoints``."""
-    jobs = [SeedJob(params, s, str(Path(output_dir) / "checkpoints"), TORCH_THREADS) for s in params.seeds]
+def sweep(params: VimedpetParams, output_dir: str | Path, reuse: bool = False) -> list[SeedResult]:
+    """Run every seed (in ``params.workers`` processes), checkpoints under ``output_dir/checkpoints``.
+
+    With ``reuse`` each seed's generators (and pre-training curve) are loaded from there instead of trained.
+    """
+    jobs = [SeedJob(params, s, str(Path(output_dir) / "checkpoints"), TORCH_THREADS, reuse) for s in params.seeds]
     return parallel_map(run_seed, jobs, workers=params.workers, desc="vimedpet seeds")
 
 
