@@ -43,6 +43,8 @@ class FederatedRun:
         Clients per round (``None``: every client every round).
     eval_every, engine
         Evaluation period (rounds) and engine (see :func:`repro.federated.engine.run_federated`).
+    device
+        Where the clients train (``cpu``, ``cuda`` or ``auto``), handed to them in the run config.
     """
 
     method: str
@@ -54,6 +56,7 @@ class FederatedRun:
     active_clients: int | None = None
     eval_every: int = 10
     engine: str = "inprocess"
+    device: str = "cpu"
 
     methods: ClassVar[tuple[str, ...]] = ()
     """The methods a subclass runs."""
@@ -73,6 +76,11 @@ class FederatedRun:
     def setting(self) -> float:
         """The value of this run's tuned hyper-parameter (:attr:`tuned`), NaN for a method that is not tuned."""
         return float(getattr(self, self.tuned[self.method])) if self.method in self.tuned else float("nan")
+
+    @property
+    def run_config(self) -> dict[str, int | str]:
+        """The clients' run config: the run seed and the device they train on."""
+        return {"seed": self.seed, "device": self.device}
 
     @property
     def local(self) -> dict[str, float | int]:

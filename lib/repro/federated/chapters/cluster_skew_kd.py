@@ -68,7 +68,7 @@ def run(job: CadisRun) -> dict:
     """
     spec, local, k = job.spec, job.local, job.clients_per_round
     groups = planted_clusters(spec)
-    run_config = {"seed": job.seed}
+    run_config = dict(job.run_config)
     app = make_kd_client_app(spec, run_config)
     if job.method == "fedavg":
         strat: SeededFedAvg = SeededFedAvg(k, local, seed=job.seed)
@@ -95,7 +95,7 @@ def run(job: CadisRun) -> dict:
 def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, seeds: list[int],
           mus: Sequence[float], kd_mu: float, temperature: float, threshold: float, eval_every: int,
           methods: tuple[str, ...] = METHODS, engine: str = "inprocess",
-          workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+          workers: int = 1, device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method of ``methods`` for every seed, FedProx at every value of ``mus``.
 
     Returns
@@ -111,7 +111,7 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
         raise ValueError(f"parameter 'methods': must be among {METHODS}, got {sorted(unknown)}")
     grid = {"fedprox": [{"mu": float(m)} for m in mus]}
     jobs = [CadisRun(m, spec, sgd, tau, rounds, s, active_clients=active_clients, eval_every=eval_every,
-                     engine=engine, kd_mu=kd_mu, temperature=temperature, threshold=threshold, **t)
+                     engine=engine, device=device, kd_mu=kd_mu, temperature=temperature, threshold=threshold, **t)
             for m in methods for t in grid.get(m, [{}]) for s in seeds]
     done = execute(run, jobs, workers, desc="CADIS comparison")
     return run_tables(done, ("method", "setting", "seed", "accuracy", "budget_accuracy", "client_acc_std",

@@ -71,7 +71,7 @@ def run(job: FedDrlRun) -> dict:
     else:
         agent = DDPGWeights(k, beta=job.beta, updates=job.updates, sigma=job.sigma, seed=job.seed)
         strat = FlowerPolicyFedAvg(k, local, agent, seed=job.seed)
-    hist = job.simulate(strat, make_loss_reporting_client_app(job.spec, {"seed": job.seed}))
+    hist = job.simulate(strat, make_loss_reporting_client_app(job.spec, job.run_config))
     out = summary_record(job, RunSummary.of(hist, job.spec),
                          validation_accuracy=validation_accuracy(job.spec, hist.final_arrays))
     if isinstance(strat, FlowerPolicyFedAvg):
@@ -83,7 +83,7 @@ def run(job: FedDrlRun) -> dict:
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, seeds: list[int], mus: Sequence[float], beta: float,
           sigma: float, updates: int, eval_every: int, engine: str = "inprocess",
-          workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+          workers: int = 1, device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """FedAvg, FedProx at every value of ``mus``, and FedDRL, for every seed.
 
     Returns
@@ -97,7 +97,7 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, seeds: list[int]
         FedDRL's total weight per planted cluster, per round and seed.
     """
     grid = {"fedprox": [{"mu": float(m)} for m in mus]}
-    jobs = [FedDrlRun(m, spec, sgd, tau, rounds, s, eval_every=eval_every, engine=engine, beta=beta, sigma=sigma,
+    jobs = [FedDrlRun(m, spec, sgd, tau, rounds, s, eval_every=eval_every, engine=engine, device=device, beta=beta, sigma=sigma,
                       updates=updates, **t) for m in METHODS for t in grid.get(m, [{}]) for s in seeds]
     done = execute(run, jobs, workers, desc="FedDRL comparison")
     final, curves = run_tables(done, ("method", "setting", "seed", "accuracy", "budget_accuracy", "client_acc_std",

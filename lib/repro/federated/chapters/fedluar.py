@@ -65,7 +65,7 @@ def run(job: FedLuarRun) -> dict:
                         selection="uniform" if job.method == "uniform" else "score")
     spec = job.spec
     full = sum(count_parameters(build_model(spec, seed=0)).values())
-    hist = job.simulate(strat, make_client_app(spec, {"seed": job.seed}))
+    hist = job.simulate(strat, make_client_app(spec, job.run_config))
     cum = np.cumsum(strat.uplink) / (k * full)
     curve = [(r, a, float(cum[r - 1]) if r else 0.0) for r, a in zip(hist.rounds, hist.accuracy)]
     return {"method": job.method, "delta": 0 if job.method == "fedavg" else job.delta, "seed": job.seed,
@@ -75,7 +75,7 @@ def run(job: FedLuarRun) -> dict:
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, seeds: list[int],
           deltas: list[int], delta: int, eval_every: int, engine: str = "inprocess", workers: int = 1,
-          ) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, int], dict[int, list[str]]]]:
+          device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, int], dict[int, list[str]]]]:
     """FedAvg, FedLUAR at every ``deltas``, and at ``delta`` the drop and uniform ablations and top-k.
 
     The top-k runs come last: each keeps the fraction of the update that the
@@ -98,7 +98,7 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
 
     def job(method: str, seed: int, d: int, keep: float = 1.0) -> FedLuarRun:
         return FedLuarRun(method, spec, sgd, tau, rounds, seed, active_clients=active_clients, eval_every=eval_every,
-                          engine=engine, delta=d, keep=keep)
+                          engine=engine, device=device, delta=d, keep=keep)
 
     first = [job("fedavg", s, 0) for s in seeds]
     first += [job("fedluar", s, d) for d in deltas for s in seeds]

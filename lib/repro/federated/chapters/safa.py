@@ -88,7 +88,7 @@ def strategy(job: SafaRun) -> SeededFedAvg:
 
 def run(job: SafaRun) -> dict:
     """One run's record: :func:`repro.federated.runs.summary_record`'s fields plus the split's ``alpha``."""
-    run_config = {"seed": job.seed}
+    run_config = dict(job.run_config)
     makers = {"feddyn": make_feddyn_client_app, "scaffold": make_scaffold_client_app}
     app = makers.get(job.method, make_regularised_client_app)(job.spec, run_config)
     return summary_record(job, RunSummary.of(job.simulate(strategy(job), app)), alpha=job.spec.alpha)
@@ -97,7 +97,7 @@ def run(job: SafaRun) -> dict:
 def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, seeds: list[int], lam: float,
           mix: float, period: int, mus: Sequence[float], feddyn_alphas: Sequence[float], eval_every: int,
           dense_alpha: float | None = None, engine: str = "inprocess",
-          workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+          workers: int = 1, device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method on ``spec``'s split, then FedAvg and SAFA again at ``dense_alpha`` (if given).
 
     FedProx runs at every value of ``mus`` and FedDyn at every value of ``feddyn_alphas``.
@@ -111,7 +111,7 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     """
     def job(method: str, task: TaskSpec, seed: int, **tuned: float) -> SafaRun:
         return SafaRun(method, task, sgd, tau, rounds, seed, active_clients=active_clients, eval_every=eval_every,
-                       engine=engine, lam=lam, mix=mix, period=period, **tuned)
+                       engine=engine, device=device, lam=lam, mix=mix, period=period, **tuned)
 
     grids = {"fedprox": [{"mu": m} for m in mus], "feddyn": [{"feddyn_alpha": a} for a in feddyn_alphas]}
     jobs = [job(m, spec, s, **t) for m in METHODS for t in grids.get(m, [{}]) for s in seeds]
