@@ -109,7 +109,8 @@ def train_fedrep(spec: TaskSpec, msg: Message, context: Context, data: DataFn = 
             p.requires_grad_(k in head)
         if head_steps > 0:
             s = rnd.settings
-            train_locally(rnd.model, rnd.x, rnd.y, LocalSettings(head_steps, s.batch_size, s.lr, s.momentum, s.seed + 1))
+            head_fit = LocalSettings(head_steps, s.batch_size, s.lr, s.momentum, s.seed + 1, s.device)
+            train_locally(rnd.model, rnd.x, rnd.y, head_fit)
         for k, p in params.items():
             p.requires_grad_(k not in head)
         loss = train_locally(rnd.model, rnd.x, rnd.y, rnd.settings)

@@ -59,6 +59,8 @@ class AudioRun:
         Local steps per round, batch size, rounds, clients sampled per round, evaluation period.
     progress
         Label of a progress bar (``None``: none).
+    device
+        Where the clients train (``cpu``, ``cuda`` or ``auto``).
     """
 
     aggregator: str
@@ -74,6 +76,7 @@ class AudioRun:
     active_clients: int
     eval_every: int
     progress: str | None = None
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.aggregator not in AGGREGATORS:
@@ -116,7 +119,8 @@ def build_strategy(job: AudioRun) -> SeededFedAvg:
 def run(job: AudioRun) -> RunRecord:
     """Run ``job`` on the in-process Flower engine."""
     task = job.recorded_task()
-    hist = run_federated(build_strategy(job), make_keyword_client_app(task, {"seed": job.seed}), task.num_speakers,
+    app = make_keyword_client_app(task, {"seed": job.seed, "device": job.device})
+    hist = run_federated(build_strategy(job), app, task.num_speakers,
                          keyword_initial(job.seed), job.rounds, keyword_evaluator(task),
                          eval_schedule(job.rounds, job.eval_every), progress=job.progress)
     s = RunSummary.of(hist)
@@ -126,19 +130,20 @@ def run(job: AudioRun) -> RunRecord:
 
 @dataclass(frozen=True)
 class Schedule:
-    """What every run of a sweep shares: local training, rounds, sampling, evaluation."""
+    """What every run of a sweep shares: local training, rounds, sampling, evaluation, and the clients' device."""
 
     steps: int
     batch_size: int
     rounds: int
     active_clients: int
     eval_every: int
+    device: str = "cpu"
 
     def job(self, aggregator: str, condition: str, level: float, seed: int, task: KeywordTask, lr: float,
             server_lr: float, progress: str | None = None) -> AudioRun:
         """One :class:`AudioRun` with this schedule."""
         return AudioRun(aggregator, condition, level, seed, task, lr, server_lr, self.steps, self.batch_size,
-                        self.rounds, self.active_clients, self.eval_every, progress)
+                        self.rounds, self.active_clients, self.eval_every, progress, self.device)
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,8 @@ class PersonalRun:
         Rounds, seen clients sampled per round, evaluation period.
     descriptor, hyper_hidden
         Sizes of the hypernetwork's descriptor and hidden layer.
+    device
+        Where the clients train (``cpu``, ``cuda`` or ``auto``).
     """
 
     method: str
@@ -167,6 +169,7 @@ class PersonalRun:
     eval_every: int
     descriptor: int
     hyper_hidden: int
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.method not in TRAINED:
@@ -271,7 +274,7 @@ def run(job: PersonalRun) -> list[RunRecord]:
         return sets[seen[pid]].x, sets[seen[pid]].y
 
     local = {"steps": job.steps, "lr": job.lr, "momentum": job.momentum, "batch-size": job.batch_size}
-    cfg = {"seed": job.seed}
+    cfg = {"seed": job.seed, "device": job.device}
     hyper = fed.hyper_spec(job.descriptor, job.hyper_hidden)
     if job.method == "hypernet":
         strategy = SeededFedAvg(job.active_clients, local, seed=job.seed)
@@ -325,11 +328,13 @@ class Schedule:
     eval_every: int
     descriptor: int
     hyper_hidden: int
+    device: str = "cpu"
 
     def job(self, method: str, seed: int, fed: Federation, lr: float) -> PersonalRun:
         """One :class:`PersonalRun` with this schedule."""
         return PersonalRun(method, seed, fed, lr, self.momentum, self.batch_size, self.steps, self.head_steps,
-                           self.rounds, self.active_clients, self.eval_every, self.descriptor, self.hyper_hidden)
+                           self.rounds, self.active_clients, self.eval_every, self.descriptor, self.hyper_hidden,
+                           self.device)
 
 
 def _flatten(done: list[list[RunRecord]]) -> list[RunRecord]:
