@@ -35,6 +35,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
 from repro import models
+from repro.devices import resolve_device
 from repro.federated.client import (
     LOCAL_STATE_KEY,
     LocalSettings,
@@ -165,7 +166,8 @@ def train_cluster(ensemble: CoTrainedEnsemble, data: Sequence[tuple[np.ndarray, 
     Member ``i``'s ``settings[i]`` give its steps, batch, learning rate,
     momentum and the seed of its mini-batches (drawn as
     :func:`repro.federated.client.local_sgd` draws them).  One optimiser
-    spans the ensemble for the whole round.
+    spans the ensemble for the whole round.  It trains on the first
+    member's ``device`` and is back on the CPU on return.
 
     Returns
     -------
@@ -173,20 +175,28 @@ def train_cluster(ensemble: CoTrainedEnsemble, data: Sequence[tuple[np.ndarray, 
         Mean co-training loss over every step.
     """
     first = settings[0]
+    dev = resolve_device(first.device)
+    on_cpu = dev.type == "cpu"
+    if not on_cpu:
+        ensemble.to(dev)
     opt = torch.optim.SGD(ensemble.parameters(), lr=first.lr, momentum=first.momentum)
     ensemble.train()
     total, steps = 0.0, 0
-    for (x, y), st in zip(data, settings):
-        gen = np.random.default_rng(st.seed)
-        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-        for _ in range(st.steps):
-            idx = torch.from_numpy(gen.choice(len(y), size=min(st.batch_size, len(y)), replace=False))
-            opt.zero_grad()
-            loss = co_training_loss(ensemble.member_logits(xt[idx]), yt[idx], weight)
-            loss.backward()
-            opt.step()
-            total += loss.item()
-            steps += 1
+    try:
+        for (x, y), st in zip(data, settings):
+            gen = np.random.default_rng(st.seed)
+            xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
+            for _ in range(st.steps):
+                idx = torch.from_numpy(gen.choice(len(y), size=min(st.batch_size, len(y)), replace=False)).to(dev)
+                opt.zero_grad()
+                loss = co_training_loss(ensemble.member_logits(xt[idx]), yt[idx], weight)
+                loss.backward()
+                opt.step()
+                total += loss.item()
+                steps += 1
+    finally:
+        if not on_cpu:
+            ensemble.to("cpu")
     return total / max(steps, 1)
 
 

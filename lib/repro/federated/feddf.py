@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from repro.devices import resolve_device
 from repro.federated.kd import kd_loss
 
 
@@ -52,27 +53,39 @@ def ensemble_logits(models: Sequence[torch.nn.Module]) -> Callable[[torch.Tensor
 
 
 def distill(student: torch.nn.Module, teacher: Callable[[torch.Tensor], torch.Tensor], x: np.ndarray, steps: int,
-            batch_size: int, lr: float, temperature: float, seed: int, momentum: float = 0.9) -> float:
+            batch_size: int, lr: float, temperature: float, seed: int, momentum: float = 0.9,
+            device: str = "cpu") -> float:
     """Train ``student`` in place on unlabelled ``x`` towards ``teacher``'s outputs (SGD, seeded batches).
+
+    The student trains on ``device`` (the teacher must take inputs there) and
+    is back on the CPU on return; batches are drawn on the CPU.
 
     Returns
     -------
     float
         Mean distillation loss over the steps.
     """
+    dev = resolve_device(device)
+    on_cpu = dev.type == "cpu"
+    if not on_cpu:
+        student.to(dev)
     gen = np.random.default_rng(seed)
     opt = torch.optim.SGD(student.parameters(), lr=lr, momentum=momentum)
-    xt = torch.from_numpy(np.asarray(x))
+    xt = torch.from_numpy(np.asarray(x)).to(dev)
     total = 0.0
-    for _ in range(steps):
-        idx = torch.from_numpy(gen.choice(len(xt), size=min(batch_size, len(xt)), replace=False))
-        target = teacher(xt[idx])
-        student.train()
-        opt.zero_grad()
-        loss = kd_loss(student(xt[idx]), target, temperature)
-        loss.backward()
-        opt.step()
-        total += loss.item()
+    try:
+        for _ in range(steps):
+            idx = torch.from_numpy(gen.choice(len(xt), size=min(batch_size, len(xt)), replace=False)).to(dev)
+            target = teacher(xt[idx])
+            student.train()
+            opt.zero_grad()
+            loss = kd_loss(student(xt[idx]), target, temperature)
+            loss.backward()
+            opt.step()
+            total += loss.item()
+    finally:
+        if not on_cpu:
+            student.to("cpu")
     return total / max(steps, 1)
 
 

@@ -49,6 +49,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
 from repro import models
+from repro.devices import resolve_device
 from repro.federated.client import (
     LocalSettings,
     RunConfig,
@@ -192,7 +193,7 @@ def train_two_model(spec: TaskSpec, aux_hidden: Sequence[int], labelled_share: f
     elif loss_kind in DISTILLING:
         if len(xu) == 0:
             raise ValueError(f"client {pid} has no unlabelled sample to distil on")
-        teacher = pair[AUX].eval()
+        teacher = pair[AUX].to(resolve_device(settings.device)).eval()
 
         def soft_targets(x: torch.Tensor) -> torch.Tensor:
             with torch.no_grad():
@@ -202,8 +203,11 @@ def train_two_model(spec: TaskSpec, aux_hidden: Sequence[int], labelled_share: f
         if loss_kind == "ce-then-kd":
             loss = train_locally(pair[LARGE], xl, yl, settings)
             used, weight = len(xu) + len(yl), float(cfg.get(WEIGHT_KEY, 1.0))
-        kd = distill(pair[LARGE], soft_targets, xu, settings.steps, settings.batch_size, weight * settings.lr,
-                     temperature, settings.seed + 1, momentum=settings.momentum)
+        try:
+            kd = distill(pair[LARGE], soft_targets, xu, settings.steps, settings.batch_size, weight * settings.lr,
+                         temperature, settings.seed + 1, momentum=settings.momentum, device=settings.device)
+        finally:
+            teacher.to("cpu")
         loss = kd if loss_kind == "kd" else loss
     else:
         raise ValueError(f"client {pid}: phase {phase!r} with large loss {loss_kind!r} trains nothing")

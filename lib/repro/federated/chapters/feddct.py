@@ -75,6 +75,8 @@ class DctRun:
         Evaluation period.
     progress
         Label of a per-round progress bar (``None``: none).
+    device
+        Where the clients (and SplitFed's split loop) train: ``cpu``, ``cuda`` or ``auto``.
     """
 
     method: str
@@ -90,6 +92,7 @@ class DctRun:
     cot_warmup: int
     eval_every: int
     progress: str | None = None
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -127,10 +130,11 @@ class RunRecord:
 def run(job: DctRun) -> RunRecord:
     """Run ``job``: SplitFed in the split loop, every other method on Flower's in-process engine; all clients every round."""
     sched = eval_schedule(job.rounds, job.eval_every)
-    n, local, cfg = job.spec.num_clients, LocalSGD(job.batch_size, job.lr, 0.0).config(job.steps), {"seed": job.seed}
+    n, local = job.spec.num_clients, LocalSGD(job.batch_size, job.lr, 0.0).config(job.steps)
+    cfg = {"seed": job.seed, "device": job.device}
     if job.method == "splitfed_large":
         split = run_split_training(job.spec, CUT, SplitHierarchy.splitfed(n), job.rounds, job.steps, job.batch_size,
-                                   job.lr, job.seed, sched)
+                                   job.lr, job.seed, sched, device=job.device)
         acc = split.accuracy
         return RunRecord(job.method, job.seed, job.lr, acc[-1], float(np.mean(acc[-3:])), tuple(zip(split.rounds, acc)))
     if job.method in ("feddct", "clustered_large"):
@@ -153,7 +157,7 @@ def run(job: DctRun) -> RunRecord:
 
 def sweep(spec: TaskSpec, split_factor: int, steps: int, rounds: int, batch_size: int, lrs: list[float], mu: float,
           cot_final: float, cot_warmup: int, seeds: list[int], eval_every: int, workers: int = 1,
-          ) -> tuple[pd.DataFrame, pd.DataFrame]:
+          device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method at every learning rate of ``lrs`` for every seed.
 
     Returns
@@ -165,7 +169,7 @@ def sweep(spec: TaskSpec, split_factor: int, steps: int, rounds: int, batch_size
         ``method, seed, setting, round, accuracy``.
     """
     jobs = [DctRun(m, s, lr, spec, split_factor, steps, rounds, batch_size, mu, cot_final, cot_warmup, eval_every,
-                   progress=None if workers > 1 else f"{m} lr={lr} seed={s}")
+                   progress=None if workers > 1 else f"{m} lr={lr} seed={s}", device=device)
             for s in seeds for lr in lrs for m in METHODS]
     done = parallel_map(run, jobs, workers)
     final = pd.DataFrame([{k: v for k, v in dataclasses.asdict(r).items() if k != "curve"} for r in done])

@@ -74,6 +74,8 @@ class KdRun:
         Evaluation period in two-step rounds.
     progress
         Label of a progress bar (``None``: none).
+    device
+        Where the clients train (``cpu``, ``cuda`` or ``auto``; the server's FedDF step stays on the CPU).
     """
 
     method: str
@@ -95,6 +97,7 @@ class KdRun:
     server_steps: int
     eval_every: int
     progress: str | None = None
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -163,7 +166,8 @@ def run(job: KdRun) -> RunRecord:
                               kd_final=job.kd_final, kd_rampup=job.kd_rampup,
                               pool=job.pool() if recipe.server_pool_steps else None, spec=job.spec,
                               aux_hidden=job.aux_hidden)
-    app = make_two_model_client_app(job.spec, job.aux_hidden, job.labelled_share, {"seed": job.seed})
+    app = make_two_model_client_app(job.spec, job.aux_hidden, job.labelled_share,
+                                    {"seed": job.seed, "device": job.device})
     evaluated = AUX if job.method == "aux_all" else LARGE
     hist = run_federated(strategy, app, job.spec.num_clients, pair_arrays(job.spec, job.aux_hidden, job.seed),
                          2 * job.rounds, pair_evaluator(job.spec, job.aux_hidden, evaluated),
