@@ -6,8 +6,8 @@
 2. SimGrid wall time per paper-scale point (target: <= 60 s per point) on the zoned Dragonfly of the
    tpio-spreadout paper profile (64 ranks per node, 64 KiB per rank): the balanced spread-out exchange at
    1024 and 4096 ranks, and TAM's layer 2 at 16 nodes x 64.  The unordered exchange at 1024 ranks (16k
-   flows at once, the paper profiles' costliest SimGrid point) is left out: SimGrid's flow solver needs
-   more than ten CPU-minutes for it, which would dominate `make bench`.
+   flows at once, the paper profiles' costliest SimGrid point) is left out: SimGrid's flow solver took
+   18 minutes for it (measured once, under load), which would dominate `make bench`.
 3. The endpoint model at 16384 ranks: pattern, round tables and times of five kernels.
 """
 

@@ -135,9 +135,9 @@ def platform_for(p: int, hosts_per_router: int, constants: DragonflyConstants) -
 
 
 SIMGRID_TIMEOUT_S = 6 * 3600.0
-"""Wall-clock limit of one SimGrid point.  An all-at-once exchange with 16k flows in flight (512 ranks, 16 per
-router; the paper profiles' unordered points at 1024 ranks have as many) used more than 12 CPU-minutes and was
-still running after 50 minutes of wall time on a loaded host."""
+"""Wall-clock limit of one SimGrid point.  The paper profiles' unordered exchange at 1024 ranks of 64 per node
+(16,368 flows in flight at once) took SimGrid 18 minutes on a moderately loaded host; one of 512 ranks of 16 per
+router (about as many flows) was still running after 50 minutes under heavier load."""
 
 
 @dataclass(frozen=True)
