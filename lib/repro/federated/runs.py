@@ -14,6 +14,7 @@ the chapters plot.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Sequence, TypeVar
 
@@ -130,3 +131,28 @@ def run_tables(done: Sequence[dict[str, Any]], columns: Sequence[str], keys: Seq
     curves = pd.DataFrame([{**{k: r[k] for k in keys}, **dict(zip(curve_columns, point, strict=True))}
                            for r in done for point in r["curve"]])
     return final, curves
+
+
+def setting_sweep_tables(done: Sequence[Any], setting: str = "lr") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The final table and the curves of a sweep whose run records are dataclasses with a ``curve``.
+
+    Parameters
+    ----------
+    done
+        Run records with ``method``, ``seed``, the tuned field ``setting`` and
+        a ``curve`` of ``(round, accuracy)``.
+    setting
+        The record field swept over a grid; it becomes the ``setting`` column
+        that :mod:`repro.federated.tuning` reads.
+
+    Returns
+    -------
+    final : DataFrame
+        One row per run, every field but the curve.
+    curves : DataFrame
+        ``method, seed, setting, round, accuracy``.
+    """
+    final = pd.DataFrame([{k: v for k, v in dataclasses.asdict(r).items() if k != "curve"} for r in done])
+    curves = pd.DataFrame([{"method": r.method, "seed": r.seed, "setting": getattr(r, setting), "round": rd,
+                            "accuracy": a} for r in done for rd, a in r.curve])
+    return final.rename(columns={setting: "setting"}), curves

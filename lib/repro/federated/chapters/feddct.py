@@ -31,12 +31,13 @@ from repro.federated.feddct import (
 )
 from repro.federated.figures import accuracy_band
 from repro.federated.regularised import make_regularised_client_app
+from repro.federated.runs import setting_sweep_tables
 from repro.federated.sfetec import SplitHierarchy, run_split_training
 from repro.federated.split import split_sequential
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec, build_model
 from repro.federated.tiers import linear_layers, measure_step_memory, step_memory
-from repro.federated.tuning import Choice, best_settings, chosen, keep_best
+from repro.federated.tuning import Choice, best_on_test, chosen, keep_best
 from repro.parallel import parallel_map
 
 METHODS = ("fedavg_large", "fedavg_small", "fedprox_large", "splitfed_large", "clustered_large", "feddct")
@@ -171,20 +172,12 @@ def sweep(spec: TaskSpec, split_factor: int, steps: int, rounds: int, batch_size
     jobs = [DctRun(m, s, lr, spec, split_factor, steps, rounds, batch_size, mu, cot_final, cot_warmup, eval_every,
                    progress=None if workers > 1 else f"{m} lr={lr} seed={s}", device=device)
             for s in seeds for lr in lrs for m in METHODS]
-    done = parallel_map(run, jobs, workers)
-    final = pd.DataFrame([{k: v for k, v in dataclasses.asdict(r).items() if k != "curve"} for r in done])
-    curves = pd.DataFrame([{"method": r.method, "seed": r.seed, "setting": r.lr, "round": rd, "accuracy": a}
-                           for r in done for rd, a in r.curve])
-    return final.rename(columns={"lr": "setting"}), curves
+    return setting_sweep_tables(parallel_map(run, jobs, workers))
 
 
-def tuning(final: pd.DataFrame) -> tuple[Choice, ...]:
-    """Each method's learning rate with the best mean accuracy at the budget over seeds (one grid for all).
-
-    The choice reads the test accuracy the claims compare, for every method alike (the split leaves no
-    training sample unused to validate on).
-    """
-    return best_settings(final, "budget_accuracy")
+tuning = best_on_test
+"""Each method's learning rate with the best mean accuracy at the budget over seeds (the split leaves no
+training sample unused to validate on, so it reads the test accuracy the claims compare, for every method alike)."""
 
 
 def rounds_to_target(curves: pd.DataFrame, rounds: int, eval_every: int) -> pd.DataFrame:

@@ -33,9 +33,10 @@ from repro.federated.ondevice_kd import (
     pair_arrays,
     pair_evaluator,
 )
+from repro.federated.runs import setting_sweep_tables
 from repro.federated.task import TaskSpec, load_task_data
 from repro.federated.tiers import Tier, assign_tiers, linear_layers, measure_step_memory, step_memory
-from repro.federated.tuning import Choice, best_settings, chosen, keep_best
+from repro.federated.tuning import Choice, best_on_test, chosen, keep_best
 from repro.parallel import parallel_map
 
 METHODS = ("strong_only", "aux_all", "feddf", "kd_only", "ondevice_kd")
@@ -196,20 +197,12 @@ def sweep(base: KdRun, lrs: list[float], seeds: list[int], workers: int = 1) -> 
     jobs = [dataclasses.replace(base, method=m, seed=s, lr=lr,
                                 progress=None if workers > 1 else f"{m} lr={lr} seed={s}")
             for s in seeds for lr in lrs for m in METHODS]
-    done = parallel_map(run, jobs, workers)
-    final = pd.DataFrame([{k: v for k, v in dataclasses.asdict(r).items() if k != "curve"} for r in done])
-    curves = pd.DataFrame([{"method": r.method, "seed": r.seed, "setting": r.lr, "round": rd, "accuracy": a}
-                           for r in done for rd, a in r.curve])
-    return final.rename(columns={"lr": "setting"}), curves
+    return setting_sweep_tables(parallel_map(run, jobs, workers))
 
 
-def tuning(final: pd.DataFrame) -> tuple[Choice, ...]:
-    """Each method's learning rate with the best mean accuracy at the budget over seeds (one grid for all).
-
-    The choice reads the test accuracy the claims compare, for every method alike (the split leaves no
-    training sample unused to validate on).
-    """
-    return best_settings(final, "budget_accuracy")
+tuning = best_on_test
+"""Each method's learning rate with the best mean accuracy at the budget over seeds (the split leaves no
+training sample unused to validate on, so it reads the test accuracy the claims compare, for every method alike)."""
 
 
 def claims(final: pd.DataFrame) -> dict[str, list[float]]:
