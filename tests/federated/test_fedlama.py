@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
-from repro.federated.client import LocalSettings, LocalSGD, client_seed, make_client_app, round_seed
-from repro.federated.engine import History, central_evaluator, initial_arrays, run_federated, snapshot
+from repro.federated.client import (
+    LocalSettings,
+    LocalSGD,
+    client_app_with,
+    client_seed,
+    make_client_app,
+    round_seed,
+    train_shared,
+)
+from repro.federated.engine import (
+    ClientFailed,
+    History,
+    StrictGrid,
+    central_evaluator,
+    initial_arrays,
+    run_federated,
+    snapshot,
+)
 from repro.federated.fedlama import FedLAMA, discrepancy, select_relaxed_layers
 from repro.federated.reference import fedavg_loop
 from repro.federated.strategies import SeededFedAvg
@@ -171,3 +189,42 @@ def test_discrepancy_share_counts_the_whole_model():
     assert select_relaxed_layers(eff, dist, dims) == ["b"]
     # the whole model's discrepancy (biases included) in the denominator: b's share is small, the walk goes on
     assert select_relaxed_layers(eff, dist, dims, total_dist=100.0) == ["b", "a"]
+
+
+
+def test_a_failing_client_stops_the_run_with_its_cause():
+    """Flower's FedAvg would average the clients that did not fail; every engine stops and names the failure."""
+    spec = TaskSpec(dataset="digits", num_clients=4, alpha=0.5, hidden=(8,))
+
+    def train(msg, context):
+        if int(context.node_config["partition-id"]) == 2:
+            raise ValueError("planted failure on partition 2")
+        return train_shared(spec, msg, context)
+
+    app = client_app_with(train, {"seed": 0, **LOCAL})
+    with pytest.raises((ClientFailed, ValueError), match="planted failure on partition 2"):
+        run_federated(FedAvg(), app, spec.num_clients, initial_arrays(spec, 0), 1, central_evaluator(spec), [1])
+
+
+class _StubGrid:
+    """Replies as a remote engine would: some carry an error, some never come."""
+
+    def __init__(self, replies):
+        self.replies = replies
+
+    def send_and_receive(self, messages, *, timeout=None):
+        return self.replies
+
+
+def _reply(node: int, reason: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(has_error=lambda: reason is not None, metadata=SimpleNamespace(src_node_id=node),
+                           error=SimpleNamespace(reason=reason))
+
+
+def test_strict_grid_refuses_error_replies_and_missing_ones():
+    ok = [_reply(1), _reply(2)]
+    assert StrictGrid(_StubGrid(ok)).send_and_receive(["m1", "m2"]) == ok
+    with pytest.raises(ClientFailed, match="node 2 failed: out of memory"):
+        StrictGrid(_StubGrid([_reply(1), _reply(2, "out of memory")])).send_and_receive(["m1", "m2"])
+    with pytest.raises(ClientFailed, match="1 of 2 clients sent no reply"):
+        StrictGrid(_StubGrid([_reply(1)])).send_and_receive(["m1", "m2"])

@@ -138,9 +138,40 @@ class History:
 EvalFn = Callable[[ArrayRecord], dict[str, float]]
 
 
+class ClientFailed(RuntimeError):
+    """A client's reply carried an error, or never came; the run stops instead of averaging fewer clients."""
+
+
+class StrictGrid:
+    """A Flower ``Grid`` whose ``send_and_receive`` refuses failed or missing replies.
+
+    Flower's strategies log a failed client and aggregate the others, so a
+    crash on one node would quietly change the result.  Every other call is
+    passed to the wrapped grid.
+    """
+
+    def __init__(self, grid: Grid) -> None:
+        self._grid = grid
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._grid, name)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        """Deliver ``messages``; raise :class:`ClientFailed` naming the node if any reply failed or is missing."""
+        sent = list(messages)
+        replies = list(self._grid.send_and_receive(sent, timeout=timeout))
+        for r in replies:
+            if r.has_error():
+                raise ClientFailed(f"client on node {r.metadata.src_node_id} failed: {r.error.reason}")
+        if len(replies) != len(sent):
+            raise ClientFailed(f"{len(sent) - len(replies)} of {len(sent)} clients sent no reply within the timeout")
+        return replies
+
+
 def _server_main(strategy: Strategy, num_clients: int, initial: ArrayRecord, num_rounds: int, evaluate: EvalFn,
                  eval_rounds: set[int], history: History, progress: str | None) -> Callable[[Grid, Context], None]:
-    def main(grid: Grid, context: Context) -> None:
+    def main(engine_grid: Grid, context: Context) -> None:
+        grid = StrictGrid(engine_grid)
         seeded = isinstance(strategy, SeededFedAvg)
         if seeded:  # the book's strategies sample partition ids; map them to this engine's node ids
             strategy.set_partition_map(discover_partitions(grid, expected=num_clients))
