@@ -211,3 +211,19 @@ def test_kernel_sockets_live_in_the_runs_private_folder(tmp_path, monkeypatch):
         assert km.transport == "ipc" and Path(km.ip).is_absolute() and Path(km.ip).parent == private.resolve()
         firsts.append(km.ip)
     assert firsts[0] != firsts[1]
+
+
+def test_kernel_folder_holds_socket_paths_under_a_deep_tmpdir(tmp_path, monkeypatch):
+    """A deep $TMPDIR (pytest's) would make the IPC socket paths too long; the kernel folder stays short."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    folder = runner.kernel_dir()
+    try:
+        assert len(os.fsencode(str(folder / "kernel-ipc-99999"))) <= runner.SOCKET_PATH_MAX
+    finally:
+        folder.rmdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    short = runner.kernel_dir()
+    assert short.parent == tmp_path  # a short $TMPDIR is used as it is
+    short.rmdir()

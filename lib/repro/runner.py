@@ -63,6 +63,22 @@ class LocalKernelManager(AsyncKernelManager):
         await super()._async_launch_kernel(kernel_cmd, **kw)
 
 
+SOCKET_PATH_MAX = 107
+"""Longest path of a Unix socket on Linux (``sun_path`` less its final NUL)."""
+
+
+def kernel_dir() -> Path:
+    """A new private folder for a run's kernel files, short enough to hold its IPC sockets.
+
+    It lies in the temporary folder (``$TMPDIR``), or in ``/tmp`` when that
+    path is too long for ``<folder>/kernel-ipc-<port>`` to be a socket path.
+    """
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + len("/repro-kernel-xxxxxxxx/kernel-ipc-99999") > SOCKET_PATH_MAX:
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="repro-kernel-", dir=base))
+
+
 class RunError(RuntimeError):
     """The chapter's notebook failed; the message names the failing notebook."""
 
@@ -247,7 +263,7 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
     ch = p.chapter
     lock = _lock(ch.id, p.profile)
     staging = output_root() / "build" / "staging" / ch.id / p.profile
-    kernel_tmp = Path(tempfile.mkdtemp(prefix="repro-kernel-"))
+    kernel_tmp = kernel_dir()
     saved_tempdir = tempfile.tempdir
     try:
         if staging.exists():
