@@ -223,7 +223,11 @@ def test_kernel_folder_holds_socket_paths_under_a_deep_tmpdir(tmp_path, monkeypa
         assert len(os.fsencode(str(folder / "kernel-ipc-99999"))) <= runner.SOCKET_PATH_MAX
     finally:
         folder.rmdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    short = runner.kernel_dir()
-    assert short.parent == tmp_path  # a short $TMPDIR is used as it is
-    short.rmdir()
+    short_base = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(short_base))
+    try:
+        short = runner.kernel_dir()
+        assert short.parent == short_base  # a short $TMPDIR is used as it is
+        short.rmdir()
+    finally:
+        short_base.rmdir()
