@@ -20,6 +20,7 @@ import pandas as pd
 from repro.federated.audio import KEYWORD_CLASSES
 from repro.federated.engine import RunSummary, eval_schedule, run_federated
 from repro.federated.fedopt import SERVER_OPTIMISERS
+from repro.federated.figures import accuracy_band
 from repro.federated.keywords import (
     FRAMES,
     N_MELS,
@@ -266,9 +267,7 @@ def clean_curves(curves: pd.DataFrame) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     sel = curves[curves.condition == "clean"]
     for a in AGGREGATORS:
-        g = sel[sel.aggregator == a].groupby("round").accuracy
-        ax.plot(g.mean().index, g.mean().values, marker="o", ms=3, color=COLOURS[a], label=LABELS[a])
-        ax.fill_between(g.mean().index, g.min().values, g.max().values, color=COLOURS[a], alpha=0.12)
+        accuracy_band(ax, sel[sel.aggregator == a], None, COLOURS[a], LABELS[a])
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy (%)")
     ax.legend(fontsize=8)

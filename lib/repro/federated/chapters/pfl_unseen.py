@@ -26,6 +26,7 @@ from repro.federated.client import client_app_with, from_arrayrecord, train_shar
 from repro.federated.engine import eval_schedule, initial_arrays, run_federated
 from repro.federated.feature_shift import ImageShift, draw_shifts
 from repro.federated.fedrep import FedRep, make_fedrep_client_app
+from repro.federated.figures import accuracy_band
 from repro.federated.hypernetwork import (
     HyperSpec,
     build_hypernet,
@@ -437,9 +438,7 @@ def seen_curves(curves: pd.DataFrame) -> plt.Figure:
     """Mean seen-client accuracy against rounds per trained method (mean over seeds, band min to max)."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for m in TRAINED:
-        g = curves[curves.method == m].groupby("round").accuracy
-        ax.plot(g.mean().index, g.mean().values, marker="o", ms=3, color=COLOURS[m], label=LABELS[m])
-        ax.fill_between(g.mean().index, g.min().values, g.max().values, color=COLOURS[m], alpha=0.12)
+        accuracy_band(ax, curves[curves.method == m], None, COLOURS[m], LABELS[m])
     ax.set_xlabel("round")
     ax.set_ylabel("mean seen-client accuracy (%)")
     ax.legend(fontsize=8)
