@@ -6,7 +6,10 @@ Rows:
   one thread: plain, every block swapped to host memory through ``saved_tensors_hooks``, every block
   swapped to files on disk, and every block recomputed with ``torch.utils.checkpoint``; ratios to plain;
 - one AdamW step of the gem chapter's MLP (64-512-512-256-10, batch 32): full fine-tuning against sparse
-  fine-tuning with a 1% gradient mask (same dense optimiser, masked gradients); ratio to full.
+  fine-tuning with a 1% gradient mask (same dense optimiser, masked gradients); ratio to full;
+- the parallelism oracle's measured seed: one step per strategy on two gloo ranks, measured and predicted
+  from the calibrated platform constants; ratio predicted / measured (target: within a factor 4 either way,
+  which needs an idle host, since the calibration and the steps are timed at different moments).
 
 On a shared 2-core host the numbers are indicative; the ratios are the targets.
 """
@@ -18,6 +21,7 @@ from timing import timed
 from torch import nn
 
 from repro.models import mlp
+from repro.training.chapters import parallelism_oracle
 from repro.training.chapters.out_of_core import mlp_chain
 from repro.training.memory import DiskStore, HostStore, run_chain
 from repro.training.sparse_ft import GradientMask, build_masks
@@ -70,6 +74,11 @@ def run() -> list[tuple[str, float, str]]:
              for k, v in ooc.items() if k != "plain"]
     rows += [("training-systems: MLP AdamW step, full fine-tuning", full, "1.00x"),
              ("training-systems: same step, 1% gradient mask", sparse, f"{sparse / full:.2f}x full")]
+    seed = parallelism_oracle.measure_seed(0, ranks=2, micro_batch=16, image=64, width_divisor=8, steps=3,
+                                           warmup=1, pingpong_repeats=5)
+    rows += [(f"parallelism-oracle: {s} step, measured on 2 gloo ranks", measured,
+              f"predicted/measured {seed.predicted[s].total_s / measured:.2f}")
+             for s, measured in seed.measured_s.items()]
     return rows
 
 
