@@ -12,6 +12,8 @@ Core modules (used by both chapters):
 - :mod:`repro.medical.reports`: templated Vietnamese reports, the rule-based field
   extractor, field accuracy, BLEU-4 (sacrebleu) and ROUGE-L (rouge-score).
 - :mod:`repro.medical.figures`: image panels shared by the chapters.
+- :mod:`repro.medical.runs`: the per-seed job, the sweep over seeds in worker
+  processes and the network checkpoint writer.
 
 Methods
 -------

@@ -26,12 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from repro.bridge import BridgeSchedule, bridge_sample, train_bridge
 from repro.medical.attenuation import KVP_140, attenuation_map
 from repro.medical.phantom import HU_MAX, HU_MIN
-from repro.medical.unet import UNet, UNetConfig, dice_loss
+from repro.medical.unet import UNet, UNetConfig, dice_loss, fit_unet
 
 _A_LOW = float(np.exp(-KVP_140.knots[1][-1]))  # exp(-mu) at the densest bone the model knows
 
@@ -97,21 +96,9 @@ def train_segmenter(
     UNet
         The trained segmenter (in eval mode, on ``device``).
     """
-    torch.manual_seed(int(seed))
-    net = UNet(config).to(device)
-    x, y = to_signed(ct01), torch.from_numpy(np.asarray(hot, dtype=np.float32))[:, None]
-    gen = torch.Generator().manual_seed(int(seed))
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
-    net.train()
-    for _ in tqdm(range(epochs), desc="attention segmenter", leave=False):
-        perm = torch.randperm(len(x), generator=gen)
-        for start in range(0, len(x), batch_size):
-            idx = perm[start : start + batch_size]
-            loss = dice_loss(net(x[idx].to(device)), y[idx].to(device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-    return net.eval()
+    target = torch.from_numpy(np.asarray(hot, dtype=np.float32))[:, None]
+    return fit_unet(config, to_signed(ct01), target, dice_loss, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
+                    device=device, desc="attention segmenter")
 
 
 @torch.no_grad()

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from repro.medical.cpdm import to_signed, to_unit
-from repro.medical.unet import UNet, UNetConfig
+from repro.medical.unet import UNet, UNetConfig, fit_unet
 
 
 def train_regression(
@@ -41,21 +40,13 @@ def train_regression(
     """
     if config.n_timesteps or config.cond_channels:
         raise ValueError("the regression UNet takes the CT alone: n_timesteps and cond_channels must be 0")
-    torch.manual_seed(int(seed))
-    net = UNet(config).to(device)
-    x, y = to_signed(ct01), to_signed(pet01)
-    gen = torch.Generator().manual_seed(int(seed))
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
-    net.train()
-    for _ in tqdm(range(epochs), desc="L1 regression UNet", leave=False):
-        perm = torch.randperm(len(x), generator=gen)
-        for start in range(0, len(x), batch_size):
-            idx = perm[start : start + batch_size]
-            loss = (net(x[idx].to(device)) - y[idx].to(device)).abs().mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-    return net.eval()
+    return fit_unet(config, to_signed(ct01), to_signed(pet01), l1_loss, epochs=epochs, batch_size=batch_size, lr=lr,
+                    seed=seed, device=device, desc="L1 regression UNet")
+
+
+def l1_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean absolute error of a batch."""
+    return (output - target).abs().mean()
 
 
 @torch.no_grad()

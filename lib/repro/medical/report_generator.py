@@ -23,6 +23,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from repro.medical.reports import detokenize, tokenize
+from repro.medical.runs import save_network
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 
@@ -195,15 +196,8 @@ def save_generator(
     pathlib.Path
         ``path``.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {"state_dict": {k: v.cpu() for k, v in model.state_dict().items()},  # loadable without the training device
-         "config": asdict(model.config), "vocabulary": list(vocab.tokens),
-         "scaling": asdict(scaling), **meta},
-        path,
-    )
-    return path
+    fields = {"config": asdict(model.config), "vocabulary": list(vocab.tokens), "scaling": asdict(scaling), **meta}
+    return save_network(model, path, fields)
 
 
 def load_generator(path: str | Path) -> tuple[ReportGenerator, Vocabulary, ChannelScaling]:

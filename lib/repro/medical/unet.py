@@ -17,11 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from tqdm import tqdm
+
+from repro.medical.runs import save_network
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,50 @@ def dice_loss(logits: torch.Tensor, target: torch.Tensor, eps: float = 1.0) -> t
     return (1.0 - (2.0 * inter + eps) / (p.sum(1) + t.sum(1) + eps)).mean()
 
 
+def fit_unet(
+    config: UNetConfig, x: torch.Tensor, y: torch.Tensor, loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
+    epochs: int, batch_size: int, lr: float, seed: int, device: torch.device | str, desc: str,
+) -> UNet:
+    """Train a fresh plain UNet (no step embedding) to map ``x`` to ``y`` by minibatch Adam.
+
+    Parameters
+    ----------
+    config
+        Network shape.
+    x, y
+        Inputs and targets ``(n, C, H, W)`` on the CPU; batches are moved to ``device``.
+    loss
+        ``loss(output, target)``, a scalar to minimise.
+    epochs, batch_size, lr
+        Optimisation settings.
+    seed
+        Seed of the initial weights (drawn on the CPU) and of the batch order.
+    device
+        Where it trains.
+    desc
+        Progress-bar label.
+
+    Returns
+    -------
+    UNet
+        The trained network (in eval mode, on ``device``).
+    """
+    torch.manual_seed(int(seed))
+    net = UNet(config).to(device)
+    gen = torch.Generator().manual_seed(int(seed))
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    net.train()
+    for _ in tqdm(range(epochs), desc=desc, leave=False):
+        perm = torch.randperm(len(x), generator=gen)
+        for start in range(0, len(x), batch_size):
+            idx = perm[start : start + batch_size]
+            batch_loss = loss(net(x[idx].to(device)), y[idx].to(device))
+            opt.zero_grad(set_to_none=True)
+            batch_loss.backward()
+            opt.step()
+    return net.eval()
+
+
 def save_unet(net: UNet, path: str | Path, meta: dict[str, Any]) -> Path:
     """Write a checkpoint: the weights, the :class:`UNetConfig` and ``meta`` (plain values only).
 
@@ -179,11 +226,7 @@ def save_unet(net: UNet, path: str | Path, meta: dict[str, Any]) -> Path:
     pathlib.Path
         ``path``.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.cpu() for k, v in net.state_dict().items()}  # loadable on a machine without the training device
-    torch.save({"state_dict": state, "config": asdict(net.config), **meta}, path)
-    return path
+    return save_network(net, path, {"config": asdict(net.config), **meta})
 
 
 def load_unet(path: str | Path) -> UNet:

@@ -20,11 +20,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
 
 from repro.bridge import BridgeSchedule
 from repro.checkpoints import trained
-from repro.devices import resolve_device, synchronize
+from repro.devices import synchronize
 from repro.medical.cpdm import (
     BridgeSettings,
     MapChoice,
@@ -39,8 +38,8 @@ from repro.medical.figures import show_ct, show_pet
 from repro.medical.metrics import TranslationScores, score_translations
 from repro.medical.phantom import PhantomConfig, generate_set, hot_spot_mask, normalise_ct, normalise_pet
 from repro.medical.regression import predict, train_regression
+from repro.medical.runs import SeedJob, sweep_seeds
 from repro.medical.unet import UNet, UNetConfig, load_unet, save_unet
-from repro.parallel import parallel_map
 
 ARMS = ("bbdm", "bbdm_attenuation", "bbdm_attention", "cpdm", "l1_unet")
 ARM_LABELS = {
@@ -56,11 +55,6 @@ ARM_MAPS = {
     "bbdm_attention": MapChoice(attention=True),
     "cpdm": MapChoice(attenuation=True, attention=True),
 }
-
-
-# One torch thread per run: these networks are too small to gain from intra-op threads, and on a
-# shared machine threads beyond the free cores made a training step ten times slower (measured).
-TORCH_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -93,17 +87,6 @@ class CpdmParams:
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
         if self.image_size % 2**self.levels:
             raise ValueError(f"image_size {self.image_size} must be a multiple of 2**levels = {2**self.levels}")
-
-
-@dataclass(frozen=True)
-class SeedJob:
-    """One seed's work: the parameters, the seed and where checkpoints go."""
-
-    params: CpdmParams
-    seed: int
-    checkpoint_dir: str
-    threads: int
-    reuse: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,7 +159,7 @@ def phantom_config(p: CpdmParams) -> PhantomConfig:
     )
 
 
-def run_seed(job: SeedJob) -> SeedResult:
+def run_seed(job: SeedJob[CpdmParams]) -> SeedResult:
     """Train and score every arm on one seed's phantoms (see the module docstring).
 
     Parameters
@@ -189,9 +172,8 @@ def run_seed(job: SeedJob) -> SeedResult:
     SeedResult
         Scores per arm, the segmenter's test Dice and example translations.
     """
-    torch.set_num_threads(job.threads)
+    dev = job.start()
     p, seed = job.params, job.seed
-    dev = resolve_device(p.device)
     data = generate_set(p.n_train + p.n_test, phantom_config(p), seed)
     ct01 = normalise_ct(data.ct_hu[:, 0])
     pet01 = normalise_pet(data.pet[:, 0], p.suv_max)
@@ -250,8 +232,7 @@ def sweep(params: CpdmParams, output_dir: str | Path, reuse: bool = False) -> li
 
     With ``reuse`` the networks (and their training times) are loaded from there instead of trained.
     """
-    jobs = [SeedJob(params, s, str(Path(output_dir) / "checkpoints"), TORCH_THREADS, reuse) for s in params.seeds]
-    return parallel_map(run_seed, jobs, workers=params.workers, desc="cpdm seeds")
+    return sweep_seeds(run_seed, params, output_dir, reuse, "cpdm seeds")
 
 
 def claims(results: list[SeedResult]) -> dict[str, list[float]]:

@@ -27,7 +27,6 @@ import pandas as pd
 import torch
 
 from repro.checkpoints import trained
-from repro.devices import resolve_device
 from repro.medical.figures import show_ct, show_pet
 from repro.medical.phantom import SITES, PhantomConfig, PhantomSet, generate_set, normalise_ct, normalise_pet
 from repro.medical.report_generator import (
@@ -41,7 +40,7 @@ from repro.medical.report_generator import (
     train_generator,
 )
 from repro.medical.reports import FieldScores, bleu4, field_accuracy, render, rouge_l
-from repro.parallel import parallel_map
+from repro.medical.runs import SeedJob, sweep_seeds
 
 ARMS = ("no_finetune", "finetune_ct_only", "finetune_ctpet")
 ARM_LABELS = {
@@ -50,8 +49,6 @@ ARM_LABELS = {
     "finetune_ctpet": "fine-tuned, in-domain CT+PET",
 }
 LUNGS = ("right_lung", "left_lung")
-# One torch thread per run (as in the cpdm chapter: oversubscribed threads were ten times slower).
-TORCH_THREADS = 1
 GENERAL_SEED_OFFSET = 1_000_003  # the general data never share a case stream with the in-domain data
 
 
@@ -89,17 +86,6 @@ class VimedpetParams:
             raise ValueError(f"channels needs three widths, got {self.channels}")
         if self.depth % 8 or self.size % 8:
             raise ValueError(f"depth and size must be multiples of 8, got {self.depth}, {self.size}")
-
-
-@dataclass(frozen=True)
-class SeedJob:
-    """One seed's work."""
-
-    params: VimedpetParams
-    seed: int
-    checkpoint_dir: str
-    threads: int
-    reuse: bool = False
 
 
 @dataclass(frozen=True)
@@ -188,7 +174,7 @@ def blank_pet(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def run_seed(job: SeedJob) -> SeedResult:
+def run_seed(job: SeedJob[VimedpetParams]) -> SeedResult:
     """Pre-train, fine-tune and score the three arms on one seed's phantoms.
 
     Parameters
@@ -201,9 +187,8 @@ def run_seed(job: SeedJob) -> SeedResult:
     SeedResult
         Scores per arm, example reports and the pre-training loss curve.
     """
-    torch.set_num_threads(job.threads)
+    dev = job.start()
     p, seed = job.params, job.seed
-    dev = resolve_device(p.device)
     general = generate_set(p.n_general, general_config(p), GENERAL_SEED_OFFSET + seed)
     domain = generate_set(p.n_train + p.n_test, in_domain_config(p), seed)
     general_reports = [render(f) for f in general.findings]
@@ -271,8 +256,7 @@ def sweep(params: VimedpetParams, output_dir: str | Path, reuse: bool = False) -
 
     With ``reuse`` each seed's generators (and pre-training curve) are loaded from there instead of trained.
     """
-    jobs = [SeedJob(params, s, str(Path(output_dir) / "checkpoints"), TORCH_THREADS, reuse) for s in params.seeds]
-    return parallel_map(run_seed, jobs, workers=params.workers, desc="vimedpet seeds")
+    return sweep_seeds(run_seed, params, output_dir, reuse, "vimedpet seeds")
 
 
 def lung_gap(fields: FieldScores) -> float:

@@ -1,0 +1,125 @@
+"""How the medical chapters run their seeds and keep their networks.
+
+Both chapters train small networks once per seed, one seed per worker
+process, and save every network under ``output_dir/checkpoints/`` with CPU
+tensors.  This module holds that shared frame: the per-seed job record, the
+sweep over seeds and the checkpoint writer the network modules build on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Generic, Protocol, TypeVar
+
+import torch
+from torch import nn
+
+from repro.devices import resolve_device
+from repro.parallel import parallel_map
+
+# One torch thread per run: these networks are too small to gain from intra-op threads, and on a
+# shared machine threads beyond the free cores made a training step ten times slower (measured).
+TORCH_THREADS = 1
+
+
+class SeededParams(Protocol):
+    """What :func:`sweep_seeds` reads from a chapter's parameters."""
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """The seeds, one job each."""
+
+    @property
+    def workers(self) -> int:
+        """Worker processes."""
+
+    @property
+    def device(self) -> str:
+        """Where the networks train (a :func:`repro.devices.resolve_device` name)."""
+
+
+Params = TypeVar("Params", bound=SeededParams)
+Outcome = TypeVar("Outcome")
+
+
+@dataclass(frozen=True)
+class SeedJob(Generic[Params]):
+    """One seed's work.
+
+    Attributes
+    ----------
+    params
+        The chapter's parameters.
+    seed
+        The seed.
+    checkpoint_dir
+        Where the seed's networks are saved (or loaded from with ``reuse``).
+    threads
+        Torch intra-op threads of the worker.
+    reuse
+        Load the networks from ``checkpoint_dir`` instead of training them.
+    """
+
+    params: Params
+    seed: int
+    checkpoint_dir: str
+    threads: int
+    reuse: bool = False
+
+    def start(self) -> torch.device:
+        """Set this worker's torch threads and return the device the seed's networks train on."""
+        torch.set_num_threads(self.threads)
+        return resolve_device(self.params.device)
+
+
+def sweep_seeds(
+    run_seed: Callable[[SeedJob[Params]], Outcome], params: Params, output_dir: str | Path, reuse: bool, desc: str
+) -> list[Outcome]:
+    """Run ``run_seed`` for every seed of ``params`` in ``params.workers`` processes.
+
+    Parameters
+    ----------
+    run_seed
+        The chapter's per-seed function (module level, so that it pickles).
+    params
+        The chapter's parameters.
+    output_dir
+        The run's folder; checkpoints go under ``output_dir/checkpoints``.
+    reuse
+        Load every seed's networks from there instead of training them.
+    desc
+        Progress-bar label.
+
+    Returns
+    -------
+    list
+        One outcome per seed, in the order of ``params.seeds``.
+    """
+    folder = str(Path(output_dir) / "checkpoints")
+    jobs = [SeedJob(params, s, folder, TORCH_THREADS, reuse) for s in params.seeds]
+    return parallel_map(run_seed, jobs, workers=params.workers, desc=desc)
+
+
+def save_network(net: nn.Module, path: str | Path, fields: dict[str, Any]) -> Path:
+    """Write a network's weights (as CPU tensors) and ``fields`` (plain values only) to ``path``.
+
+    Parameters
+    ----------
+    net
+        The network, on any device.
+    path
+        Destination file (its folder is created).
+    fields
+        What rebuilding the network needs (its config, vocabulary ...) and extra values (seed, parameters).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.cpu() for k, v in net.state_dict().items()}  # loadable on a machine without the training device
+    torch.save({"state_dict": state, **fields}, path)
+    return path
