@@ -55,6 +55,37 @@ def rbf_kernel(a: torch.Tensor, b: torch.Tensor, lengthscale: float, outputscale
     return outputscale * torch.exp(-0.5 * torch.clamp(d2, min=0.0) / lengthscale**2)
 
 
+@dataclass(frozen=True)
+class GPData:
+    """A GP's training data and RBF hyper-parameters, checked.
+
+    Attributes
+    ----------
+    x
+        Training designs, shape ``(n, d)``.
+    y
+        Training scores, shape ``(n,)``.
+    lengthscale, outputscale
+        RBF hyper-parameters (positive).
+    noise
+        Observation-noise variance (positive).
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    lengthscale: float
+    outputscale: float
+    noise: float
+
+    @classmethod
+    def checked(cls, x: np.ndarray, y: np.ndarray, *, lengthscale: float, outputscale: float, noise: float) -> GPData:
+        """Check shapes and hyper-parameters (``ValueError`` on a bad one) and build the record."""
+        x = as_2d("x", x)
+        y = as_1d("y", y, n=x.shape[0])
+        return cls(x, y, check_positive("lengthscale", lengthscale), check_positive("outputscale", outputscale),
+                   check_positive("noise", noise))
+
+
 class GPPosteriorMean:
     """Exact posterior mean of a zero-mean RBF GP with fixed hyper-parameters.
 
@@ -73,11 +104,8 @@ class GPPosteriorMean:
     def __init__(
         self, x: np.ndarray, y: np.ndarray, *, lengthscale: float = 1.0, outputscale: float = 1.0, noise: float = 0.01
     ) -> None:
-        x = as_2d("x", x)
-        y = as_1d("y", y, n=x.shape[0])
-        self.lengthscale = check_positive("lengthscale", lengthscale)
-        self.outputscale = check_positive("outputscale", outputscale)
-        self.noise = check_positive("noise", noise)
+        data = GPData.checked(x, y, lengthscale=lengthscale, outputscale=outputscale, noise=noise)
+        x, y, self.lengthscale, self.outputscale, self.noise = data.x, data.y, data.lengthscale, data.outputscale, data.noise
         self.x_train = torch.as_tensor(x, dtype=torch.float64)
         k = rbf_kernel(self.x_train, self.x_train, self.lengthscale, self.outputscale)
         k = k + self.noise * torch.eye(k.shape[0], dtype=torch.float64)
@@ -146,11 +174,8 @@ class RFFPosteriorSample:
         n_features: int = 512,
         seed: int = 0,
     ) -> None:
-        x = as_2d("x", x)
-        y = as_1d("y", y, n=x.shape[0])
-        self.lengthscale = check_positive("lengthscale", lengthscale)
-        self.outputscale = check_positive("outputscale", outputscale)
-        self.noise = check_positive("noise", noise)
+        data = GPData.checked(x, y, lengthscale=lengthscale, outputscale=outputscale, noise=noise)
+        x, y, self.lengthscale, self.outputscale, self.noise = data.x, data.y, data.lengthscale, data.outputscale, data.noise
         m = check_positive_int("n_features", n_features)
         gen = torch.Generator().manual_seed(int(seed))
         self.omega = torch.randn(m, x.shape[1], generator=gen, dtype=torch.float64) / self.lengthscale

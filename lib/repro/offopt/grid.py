@@ -28,6 +28,7 @@ import torch
 from scipy import stats
 from tqdm import tqdm
 
+from repro.models import torch_threads
 from repro.offopt.pipeline import REGULARIZERS, fit_surrogate, parse_method, propose
 from repro.offopt.regularizers import empirical_sensitivity, gradient_norm
 from repro.offopt.seeds import derive_seed
@@ -419,6 +420,35 @@ def run_grid(
                 bar.update(1)
     bar.close()
     return GridResult(pd.DataFrame(rows), scores, cands, {t.name: t for t in tasks}, labels)
+
+
+def run_chapter_grid(
+    settings: GridSettings, methods: Sequence[str | MethodSpec], tasks: Sequence[OfflineTask] | None = None, **extra: Any
+) -> GridResult:
+    """Run a chapter's grid with its shared settings, in one torch thread.
+
+    Parameters
+    ----------
+    settings
+        The chapter's settings; they give the seeds, ``K``, the surrogate and
+        the search configs and (when ``tasks`` is ``None``) the tasks.
+    methods
+        The chapter's methods.
+    tasks
+        The tasks, if already built (default: ``settings.build_tasks()``).
+    **extra
+        The chapter's own :func:`run_grid` keywords (``root``,
+        ``regularizer_kwargs``, ``diagnostics``, ``sensitivity_kwargs``).
+
+    Returns
+    -------
+    GridResult
+        What :func:`run_grid` returns.
+    """
+    tasks = settings.build_tasks() if tasks is None else tasks
+    with torch_threads(1):
+        return run_grid(tasks, methods, settings.seeds, n_candidates=settings.n_candidates,
+                        surrogate=settings.surrogate_config(), search=settings.search_config(), **extra)
 
 
 def _check_metric(metric: str) -> str:

@@ -17,8 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from repro.models import torch_threads
-from repro.offopt.grid import GridResult, GridSettings, diagnostic_reduction, regularised_methods, regulariser_claims, run_grid
+from repro.offopt.grid import (
+    GridResult,
+    GridSettings,
+    diagnostic_reduction,
+    regularised_methods,
+    regulariser_claims,
+    run_chapter_grid,
+)
 from repro.offopt.tasks import OfflineTask
 
 DUAL_ASCENT = "ignite"
@@ -81,12 +87,9 @@ def run(settings: IgniteSettings, tasks: Sequence[OfflineTask] | None = None) ->
     GridResult
         The grid, with the ``sharpness_offline`` and ``sharpness_unseen`` columns.
     """
-    tasks = settings.build_tasks() if tasks is None else tasks
     ignite = {"rho": settings.ignite_rho, "eps": settings.ignite_eps, "dual_lr": settings.ignite_dual_lr}
-    with torch_threads(1):
-        return run_grid(tasks, settings.methods(), settings.seeds, n_candidates=settings.n_candidates,
-                        surrogate=settings.surrogate_config(), search=settings.search_config(),
-                        regularizer_kwargs={DUAL_ASCENT: ignite}, diagnostics=["sharpness"])
+    return run_chapter_grid(settings, settings.methods(), tasks, regularizer_kwargs={DUAL_ASCENT: ignite},
+                            diagnostics=["sharpness"])
 
 
 def claims(grid: GridResult, settings: IgniteSettings) -> dict[str, list[float]]:

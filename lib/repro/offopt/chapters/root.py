@@ -19,9 +19,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from repro.models import torch_threads
 from repro.offopt.figures import method_colours
-from repro.offopt.grid import GridResult, GridSettings, MethodSpec, mean_rank_by_seed, run_grid
+from repro.offopt.grid import GridResult, GridSettings, MethodSpec, mean_rank_by_seed, run_chapter_grid
 from repro.offopt.tasks import OfflineTask
 
 METHOD = "root"
@@ -107,10 +106,7 @@ def run(settings: RootSettings, tasks: Sequence[OfflineTask] | None = None) -> G
     GridResult
         The grid, one row per (task, method, seed).
     """
-    tasks = settings.build_tasks() if tasks is None else tasks
-    with torch_threads(1):
-        return run_grid(tasks, settings.methods(), settings.seeds, n_candidates=settings.n_candidates,
-                        surrogate=settings.surrogate_config(), search=settings.search_config(), root=settings.root_config())
+    return run_chapter_grid(settings, settings.methods(), tasks, root=settings.root_config())
 
 
 def main_rows(grid: GridResult, settings: RootSettings) -> pd.DataFrame:

@@ -15,8 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from repro.models import torch_threads
-from repro.offopt.grid import GridResult, GridSettings, diagnostic_reduction, regularised_methods, regulariser_claims, run_grid
+from repro.offopt.grid import (
+    GridResult,
+    GridSettings,
+    diagnostic_reduction,
+    regularised_methods,
+    regulariser_claims,
+    run_chapter_grid,
+)
 from repro.offopt.tasks import OfflineTask
 
 REGULARIZER = "boss"
@@ -71,13 +77,10 @@ def run(settings: SensitivitySettings, tasks: Sequence[OfflineTask] | None = Non
     GridResult
         The grid, with the ``sensitivity_offline`` and ``sensitivity_unseen`` columns.
     """
-    tasks = settings.build_tasks() if tasks is None else tasks
     boss = {"weight": settings.boss_weight, "alpha": settings.boss_alpha, "n_gamma": settings.n_gamma}
-    with torch_threads(1):
-        return run_grid(tasks, settings.methods(), settings.seeds, n_candidates=settings.n_candidates,
-                        surrogate=settings.surrogate_config(), search=settings.search_config(),
-                        regularizer_kwargs={REGULARIZER: boss}, diagnostics=["sensitivity"],
-                        sensitivity_kwargs={"alpha": settings.boss_alpha, "sigma": settings.sensitivity_sigma})
+    return run_chapter_grid(settings, settings.methods(), tasks, regularizer_kwargs={REGULARIZER: boss},
+                            diagnostics=["sensitivity"],
+                            sensitivity_kwargs={"alpha": settings.boss_alpha, "sigma": settings.sensitivity_sigma})
 
 
 def claims(grid: GridResult) -> dict[str, list[float]]:
