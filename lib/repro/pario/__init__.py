@@ -36,6 +36,8 @@ Core modules
     user-defined MPI reduction, filters, metadata table, independent reader;
     the collective write per request or aggregated; HDF5's gzip chunks as the
     reference.
+:mod:`repro.pario.figures`
+    Figures two chapters draw (a speedup against the queue-search cost ``o1``).
 :mod:`repro.pario.async_io`, :mod:`repro.pario.ddp_train`
     Sharded HDF5 training data, synchronous and double-buffered bulk loaders
     behind emulated storage, and ``torch.distributed`` (gloo) training with each.

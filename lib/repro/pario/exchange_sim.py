@@ -19,13 +19,17 @@ constants are stated and swept:
 
 Access patterns at scale come from :func:`repro.pario.decomp.irregular_run_table`
 counted per (sender, aggregator) by :func:`repro.pario.twophase.pair_counts`.
+:func:`best_speedup` compares a baseline with the best of its alternatives
+in a table of such times.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
+import pandas as pd
 
 from repro.collectives.dragonfly import dragonfly, with_endpoint_overhead
 from repro.collectives.executors.simgrid import simulate
@@ -182,3 +186,39 @@ def simulate_kernel(pattern: Pattern, kernel: KernelSpec | str, platform: Platfo
 def model_time(pattern: Pattern, kernel: KernelSpec | str, model: EndpointModel) -> float:
     """The endpoint model's exchange time of one kernel on ``pattern`` (s)."""
     return endpoint_model(round_table(kernel, pattern.counts, pattern.aggregators), pattern.counts, model)
+
+
+def best_speedup(times: pd.DataFrame, *, keys: Sequence[str], label: str, baseline: str,
+                 is_candidate: Callable[[pd.Series], pd.Series], column: str) -> pd.DataFrame:
+    """The baseline's time over the best candidate's, per group of the key columns present in ``times``.
+
+    Parameters
+    ----------
+    times
+        One row per (point, method): the key columns, ``label`` and ``column``.
+    keys
+        Columns that name a point (``p``, ``seed``, ``o1`` ...); those absent from ``times`` are skipped.
+    label
+        The column that names the method (``kernel``, ``method``).
+    baseline
+        The baseline's name in ``label``; each group holds exactly one baseline row.
+    is_candidate
+        Marks, from the ``label`` column of a group, the rows the best is chosen among.
+    column
+        The time column (lower is better).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The key columns present, ``best`` (the winning candidate's name) and
+        ``speedup`` (baseline time over the best candidate's time).
+    """
+    present = [c for c in keys if c in times.columns]
+    rows = []
+    for key, grp in times.groupby(present):
+        base = float(grp[grp[label] == baseline][column].iloc[0])
+        candidates = grp[is_candidate(grp[label])]
+        best = candidates.loc[candidates[column].idxmin()]
+        rows.append(dict(zip(present, key if isinstance(key, tuple) else (key,)), best=best[label],
+                         speedup=base / float(best[column])))
+    return pd.DataFrame(rows)

@@ -16,7 +16,9 @@ for two-layer (intra-node) aggregation writes, each compared with MPI's file
 and read back through the INAs.  A job with a ``chunked`` field instead writes
 chunked, compressed variables (see :func:`chunked_job`).
 
-:func:`launch` runs it through the shared launcher and returns the report.
+:func:`launch` runs it through the shared launcher and returns the report;
+:func:`launch_irregular` launches one job per rank count and seed of an
+irregular decomposition.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from repro import atomic
 from repro.collectives.executors.launcher import run_mpi
@@ -234,6 +238,54 @@ def launch(nprocs: int, job: dict[str, Any], timeout: float = 120.0) -> dict[str
         run_mpi(["-m", "repro.pario.mpi_worker", "--job", str(jpath), "--out", str(out)], nprocs, timeout, env=env)
         return json.loads(out.read_text())
 
+
+
+@dataclass(frozen=True)
+class IrregularRun:
+    """One job on an E3SM-like irregular decomposition (see :func:`launch_irregular`).
+
+    Attributes
+    ----------
+    p
+        MPI ranks.
+    seed
+        Seed of the decomposition.
+    spec
+        The decomposition.
+    report
+        Rank 0's report.
+    """
+
+    p: int
+    seed: int
+    spec: DecompSpec
+    report: dict[str, Any]
+
+
+def launch_irregular(ranks: Sequence[int], seeds: Sequence[int], file_bytes: int, mean_run: int,
+                     job: Callable[[int], dict[str, Any]], timeout: float) -> Iterator[IrregularRun]:
+    """Launch a job on an irregular decomposition for every rank count and seed, rank counts outermost.
+
+    Parameters
+    ----------
+    ranks, seeds
+        MPI rank counts and decomposition seeds.
+    file_bytes, mean_run
+        File size and mean run length (bytes) of the irregular map.
+    job
+        The job's fields other than ``decomp`` at ``p`` ranks (aggregators, kernels, repeats ...).
+    timeout
+        Seconds each launch may take.
+
+    Yields
+    ------
+    IrregularRun
+        One per (rank count, seed), in that order.
+    """
+    for p in tqdm(ranks, desc="MPI runs (rank counts)"):
+        for seed in seeds:
+            spec = DecompSpec("irregular", file_bytes, mean_run=mean_run, seed=seed)
+            yield IrregularRun(p, seed, spec, launch(p, {"decomp": spec.__dict__, **job(p)}, timeout=timeout))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from repro.pario.decomp import DecompSpec
-from repro.pario.exchange_sim import DragonflyConstants, irregular_pattern, platform_for, simulate_kernel
+from repro.pario.exchange_sim import DragonflyConstants, best_speedup, irregular_pattern, platform_for, simulate_kernel
+from repro.pario.figures import speedup_against_queue_cost
 from repro.pario.intranode import IntraNodeLayout
 from repro.pario.kernels import UNORDERED_TEXT, EndpointModel
-from repro.pario.mpi_worker import launch
+from repro.pario.mpi_worker import launch_irregular
 from repro.pario.tam_model import NodeConstants, layer2_loads, plain_loads, simulate_layer2, tam_time
 
 PLAIN = "two-phase"
@@ -78,18 +78,17 @@ class ExactRecord:
 
 def exact_runs(cfg: ExactConfig, seeds: list[int], timeout: float = 300.0) -> list[ExactRecord]:
     """TAM writes for every rank count, seed and ``k``, each checked against MPI's file."""
+    def job(p: int) -> dict:
+        return {"aggregators": p // cfg.ranks_per_node, "kernels": [], "repeats": cfg.repeats,
+                "tam": {"ranks_per_node": cfg.ranks_per_node, "per_node": list(cfg.per_node)}}
+
     out = []
-    for p in tqdm(cfg.ranks, desc="MPI runs (rank counts)"):
-        for seed in seeds:
-            spec = DecompSpec("irregular", cfg.file_bytes, mean_run=cfg.mean_run, seed=seed)
-            job = {"decomp": spec.__dict__, "aggregators": p // cfg.ranks_per_node, "kernels": [],
-                   "repeats": cfg.repeats, "tam": {"ranks_per_node": cfg.ranks_per_node, "per_node": list(cfg.per_node)}}
-            report = launch(p, job, timeout=timeout)
-            for t in report["tam"]:
-                out.append(ExactRecord(p, seed, t["per_node"], t["nodes"], t["participants"], t["layer1_messages"],
-                                       t["layer1_bytes"], t["pieces_in"], t["pieces_out"],
-                                       bool(t["identical_to_mpi"] and t["equals_pattern"]), bool(t["read_back_ok"]),
-                                       t["total_s"], report["mpi"]["write_s"]))
+    for run in launch_irregular(cfg.ranks, seeds, cfg.file_bytes, cfg.mean_run, job, timeout):
+        for t in run.report["tam"]:
+            out.append(ExactRecord(run.p, run.seed, t["per_node"], t["nodes"], t["participants"], t["layer1_messages"],
+                                   t["layer1_bytes"], t["pieces_in"], t["pieces_out"],
+                                   bool(t["identical_to_mpi"] and t["equals_pattern"]), bool(t["read_back_ok"]),
+                                   t["total_s"], run.report["mpi"]["write_s"]))
     return out
 
 
@@ -199,15 +198,8 @@ def tam_speedup(times: pd.DataFrame, column: str) -> pd.DataFrame:
 
     ``times`` holds ``method`` and ``column`` plus any of ``nodes, seed, o0, o1``.
     """
-    keys = [c for c in ("nodes", "seed", "o0", "o1") if c in times.columns]
-    rows = []
-    for key, grp in times.groupby(keys):
-        plain = float(grp[grp.method == PLAIN][column].iloc[0])
-        tam = grp[grp.method != PLAIN]
-        best = tam.loc[tam[column].idxmin()]
-        rows.append(dict(zip(keys, key if isinstance(key, tuple) else (key,)), best=best.method,
-                         speedup=plain / float(best[column])))
-    return pd.DataFrame(rows)
+    return best_speedup(times, keys=("nodes", "seed", "o0", "o1"), label="method", baseline=PLAIN,
+                        is_candidate=lambda methods: methods != PLAIN, column=column)
 
 
 def claims(exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame, cfg: ScaleConfig,
@@ -257,14 +249,7 @@ def overhead_sweep_figure(sweep: pd.DataFrame) -> plt.Figure:
     sp = tam_speedup(top, "total_s")
     stats = sp.groupby(["o0", "o1"]).speedup.agg(["mean", "std"]).reset_index()
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for o0, grp in stats.groupby("o0"):
-        shown = grp[grp.o1 > 0]
-        ax.errorbar(shown.o1 * 1e9, shown["mean"], yerr=shown["std"].fillna(0), marker="o",
-                    label=f"o0 = {o0 * 1e9:g} ns")
-        zero = grp[grp.o1 == 0]
-        if len(zero):
-            ax.axhline(float(zero["mean"].iloc[0]), ls=":", lw=0.8, color=ax.lines[-1].get_color())
-    ax.axhline(1.0, color="k", lw=1, label="no gain")
+    speedup_against_queue_cost(ax, stats, "o0", lambda o0: f"o0 = {o0 * 1e9:g} ns")
     ax.set(xscale="log", yscale="log", xlabel="queue-search cost o1, ns (dotted: o1 = 0)",
            ylabel="two-phase time / best TAM time", title=f"{int(top.p.max())} processes, model")
     ax.legend(fontsize=7)

@@ -28,10 +28,10 @@ import pandas as pd
 from tqdm import tqdm
 
 from repro.collectives.platforms import Platform
-from repro.pario.decomp import DecompSpec
-from repro.pario.exchange_sim import DragonflyConstants, irregular_pattern, platform_for, simulate_kernel
+from repro.pario.exchange_sim import DragonflyConstants, best_speedup, irregular_pattern, platform_for, simulate_kernel
+from repro.pario.figures import speedup_against_queue_cost
 from repro.pario.kernels import EndpointModel, KernelSpec, round_loads, round_table
-from repro.pario.mpi_worker import launch
+from repro.pario.mpi_worker import launch_irregular
 from repro.pario.twophase import exchange_plan
 
 UNORDERED = KernelSpec("unordered")
@@ -93,21 +93,19 @@ class ExactRecord:
 
 def exact_runs(cfg: ExactConfig, seeds: list[int], timeout: float = 300.0) -> list[ExactRecord]:
     """Write the irregular decomposition with MPI and with every kernel, for every rank count and seed."""
+    def job(p: int) -> dict:
+        return {"aggregators": cfg.aggregators(p), "kernels": list(cfg.kernels), "repeats": cfg.repeats}
+
     out = []
-    for p in tqdm(cfg.ranks, desc="MPI runs (rank counts)"):
-        A = cfg.aggregators(p)
-        for seed in seeds:
-            spec = DecompSpec("irregular", cfg.file_bytes, mean_run=cfg.mean_run, seed=seed)
-            job = {"decomp": spec.__dict__, "aggregators": A, "kernels": list(cfg.kernels), "repeats": cfg.repeats}
-            report = launch(p, job, timeout=timeout)
-            plan = exchange_plan(spec.build(p), A)
-            for text, row in zip(cfg.kernels, report["writes"]):
-                sends, recvs = round_table(text, plan.counts, plan.aggregators).outstanding()
-                posted = int(max(sends.max(initial=0), recvs.max(initial=0)))
-                out.append(ExactRecord(p, seed, row["kernel"], row["window"], bool(row["identical_to_mpi"]),
-                                       bool(row["equals_pattern"]), bool(row["read_back_ok"]), row["rounds"],
-                                       row["messages"], posted, row["exchange_s"], row["total_s"],
-                                       report["mpi"]["write_s"]))
+    for run in launch_irregular(cfg.ranks, seeds, cfg.file_bytes, cfg.mean_run, job, timeout):
+        plan = exchange_plan(run.spec.build(run.p), cfg.aggregators(run.p))
+        for text, row in zip(cfg.kernels, run.report["writes"]):
+            sends, recvs = round_table(text, plan.counts, plan.aggregators).outstanding()
+            posted = int(max(sends.max(initial=0), recvs.max(initial=0)))
+            out.append(ExactRecord(run.p, run.seed, row["kernel"], row["window"], bool(row["identical_to_mpi"]),
+                                   bool(row["equals_pattern"]), bool(row["read_back_ok"]), row["rounds"],
+                                   row["messages"], posted, row["exchange_s"], row["total_s"],
+                                   run.report["mpi"]["write_s"]))
     return out
 
 
@@ -237,15 +235,8 @@ def best_spreadout_speedup(times: pd.DataFrame) -> pd.DataFrame:
     ``times`` has columns ``p, seed, kernel`` and ``time_s``; the result has
     the grouping columns, ``best`` (the winning window's label) and ``speedup``.
     """
-    keys = [c for c in ("p", "seed", "o1", "alpha") if c in times.columns]
-    rows = []
-    for key, grp in times.groupby(keys):
-        base = float(grp[grp.kernel == UNORDERED.label].time_s.iloc[0])
-        bal = grp[grp.kernel.str.startswith("balanced")]
-        best = bal.loc[bal.time_s.idxmin()]
-        rows.append(dict(zip(keys, key if isinstance(key, tuple) else (key,)), best=best.kernel,
-                         speedup=base / float(best.time_s)))
-    return pd.DataFrame(rows)
+    return best_speedup(times, keys=("p", "seed", "o1", "alpha"), label="kernel", baseline=UNORDERED.label,
+                        is_candidate=lambda kernels: kernels.str.startswith("balanced"), column="time_s")
 
 
 def alpha_sweep(cfg: ScaleConfig, sims: list[SimRecord], seeds: list[int], alphas: list[float]) -> pd.DataFrame:
@@ -357,13 +348,7 @@ def queue_sweep_figure(sweep: pd.DataFrame, paper_value: float) -> plt.Figure:
     sp = best_spreadout_speedup(sweep)
     stats = sp.groupby(["p", "o1"]).speedup.agg(["mean", "std"]).reset_index()
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for p, grp in stats.groupby("p"):
-        x = np.where(grp.o1 > 0, grp.o1 * 1e9, np.nan)
-        ax.errorbar(x, grp["mean"], yerr=grp["std"].fillna(0), marker="o", label=f"P = {p}")
-        zero = grp[grp.o1 == 0]
-        if len(zero):
-            ax.axhline(float(zero["mean"].iloc[0]), ls=":", lw=0.8, color=ax.lines[-1].get_color())
-    ax.axhline(1.0, color="k", lw=1, label="no gain")
+    speedup_against_queue_cost(ax, stats, "p", lambda p: f"P = {p}")
     ax.axhline(paper_value, color="tab:red", ls="--", label="paper (end-to-end, up to)")
     ax.set(xscale="log", yscale="log", xlabel="queue-search cost o1 per message and posted receive, ns",
            ylabel="unordered time / best balanced(W) time")
