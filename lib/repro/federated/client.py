@@ -28,14 +28,18 @@ Other message keys:
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
+from io import BytesIO
 from typing import Callable, Mapping
 
 import numpy as np
+import numpy.lib.format as npy_format
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import SType
 
 from repro.devices import resolve_device
 from repro.federated.task import TaskSpec, client_data, evaluate_on, work_model
@@ -230,14 +234,59 @@ def train_locally(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, settings
                      momentum=settings.momentum, seed=settings.seed, penalties=penalties, device=settings.device)
 
 
+_NPY_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
+
+
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """The ``.npy`` header ``np.save`` writes for a C-contiguous array of ``dtype`` and ``shape`` (cached)."""
+    key = (dtype.str, shape)
+    head = _NPY_HEADERS.get(key)
+    if head is None:
+        buffer = BytesIO()
+        npy_format.write_array_header_1_0(
+            buffer, {"descr": npy_format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+        head = _NPY_HEADERS[key] = buffer.getvalue()
+    return head
+
+
+def _plain(dtype: np.dtype) -> bool:
+    return not dtype.hasobject and dtype.fields is None
+
+
+def to_array(a: np.ndarray) -> Array:
+    """A Flower ``Array`` holding exactly the bytes ``Array(a)`` would, without ``np.save``'s per-call work.
+
+    Flower serialises an array as an ``.npy`` file (``np.save``); for a
+    C-contiguous numeric array that file is a header fixed by dtype and shape
+    followed by the raw bytes, so the header is built once per dtype and
+    shape.  Object and structured dtypes go through Flower.
+    """
+    a = np.ascontiguousarray(a)
+    if not _plain(a.dtype):
+        return Array(a)
+    shape = tuple(int(n) for n in a.shape)
+    return Array(dtype=str(a.dtype), shape=shape, stype=SType.NUMPY, data=_npy_header(a.dtype, shape) + a.tobytes())
+
+
+def from_array(array: Array) -> np.ndarray:
+    """``array.numpy()``: a writable array, read straight behind the header when it is the one :func:`to_array` writes."""
+    if array.stype == SType.NUMPY:
+        dtype, shape = np.dtype(array.dtype), tuple(array.shape)
+        if _plain(dtype):
+            head = _npy_header(dtype, shape)
+            if array.data.startswith(head) and len(array.data) == len(head) + dtype.itemsize * math.prod(shape):
+                return np.frombuffer(array.data, dtype=dtype, offset=len(head)).reshape(shape).copy()
+    return array.numpy()
+
+
 def to_arrayrecord(weights: dict[str, np.ndarray]) -> ArrayRecord:
-    """Numpy weights to a Flower ``ArrayRecord`` (key order kept)."""
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in weights.items()})
+    """Numpy weights to a Flower ``ArrayRecord`` (key order kept; bytes as Flower's own ``Array(ndarray)``)."""
+    return ArrayRecord({k: to_array(v) for k, v in weights.items()})
 
 
 def from_arrayrecord(record: ArrayRecord) -> dict[str, np.ndarray]:
     """A Flower ``ArrayRecord`` to numpy weights."""
-    return {k: v.numpy() for k, v in record.items()}
+    return {k: from_array(v) for k, v in record.items()}
 
 
 _BROADCASTS: OrderedDict[int, tuple[ArrayRecord, dict[str, np.ndarray]]] = OrderedDict()
