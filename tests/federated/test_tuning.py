@@ -71,3 +71,21 @@ def test_validation_uses_only_samples_no_client_holds():
     assert 0.0 <= acc <= 30.0  # an untrained 10-class model is near chance
     with pytest.raises(ValueError, match="no training sample unused"):
         held_out(TaskSpec(dataset="digits", num_clients=4, scheme="iid", hidden=(8,)))
+
+
+def test_a_failed_value_loses_the_tuning_and_is_reported():
+    # FedProx at mu = 0.1 has the best mean but failed (diverged) on seed 1; it must not be chosen
+    frame = _frame(prox=((0.1, (95.0, 99.0)), (1.0, (82.0, 81.0))))
+    frame["diverged"] = (frame.method == "fedprox") & (frame.setting == 0.1) & (frame.seed == 1)
+    frame.loc[frame.diverged, "val"] = NAN  # a diverged run may leave no usable metric
+    choices = best_settings(frame, "val", failed="diverged")
+    prox = next(c for c in choices if c.method == "fedprox")
+    assert prox.value == 1.0 and prox.failed == (0.1,) and prox.grid == (0.1, 1.0)
+    assert next(c for c in choices if c.method == "feddyn").failed == ()
+    # without the failed column named, the diverged value would win on its surviving seed
+    assert chosen(best_settings(frame, "val"))["fedprox"] == 0.1
+    frame["diverged"] = frame.method == "fedprox"
+    with pytest.raises(ValueError, match="every value of its grid failed"):
+        best_settings(frame, "val", failed="diverged")
+    with pytest.raises(ValueError, match="lacks the columns"):
+        best_settings(frame.drop(columns="diverged"), "val", failed="diverged")

@@ -7,9 +7,11 @@ columns that name the experimental condition (a split's ``alpha``, say).
 :func:`best_settings` picks, for each tuned method and each condition, the
 grid value with the best mean of that metric over seeds; it refuses grids of
 unequal size (one method would get more tuning than another) and values not
-run for every seed.  :func:`keep_best` then keeps the rows of the untuned
-methods and of each tuned method's chosen value, and the claims are computed
-on those.
+run for every seed.  A run may fail (a diverged training, say): with
+``failed`` naming a boolean column, a value that failed on any seed loses
+the tuning whatever its metric, and the choice records it.  :func:`keep_best`
+then keeps the rows of the untuned methods and of each tuned method's chosen
+value, and the claims are computed on those.
 
 The metric to choose on should not be the one the claims report.  For
 splits that leave training samples unused (the cluster-skewed ones),
@@ -48,6 +50,8 @@ class Choice:
         Every value that was tried, ascending.
     condition
         ``(column, value)`` pairs naming the experimental condition (empty for one condition).
+    failed
+        The values of the grid that failed on at least one seed (they cannot be chosen), ascending.
     """
 
     method: str
@@ -55,9 +59,11 @@ class Choice:
     score: float
     grid: tuple[float, ...]
     condition: tuple[tuple[str, float], ...] = ()
+    failed: tuple[float, ...] = ()
 
 
-def best_settings(final: pd.DataFrame, metric: str, by: Sequence[str] = ()) -> tuple[Choice, ...]:
+def best_settings(final: pd.DataFrame, metric: str, by: Sequence[str] = (),
+                  failed: str | None = None) -> tuple[Choice, ...]:
     """For every tuned method (a non-NaN ``setting``) and condition, the value with the best mean ``metric``.
 
     Parameters
@@ -68,6 +74,9 @@ def best_settings(final: pd.DataFrame, metric: str, by: Sequence[str] = ()) -> t
         The column to maximise (mean over seeds).
     by
         Columns naming the experimental condition; each condition is tuned on its own.
+    failed
+        A boolean column marking failed runs (``None``: no run fails).  A value that failed on any
+        seed is never chosen (its ``metric`` may be NaN) and is listed in :attr:`Choice.failed`.
 
     Returns
     -------
@@ -78,9 +87,10 @@ def best_settings(final: pd.DataFrame, metric: str, by: Sequence[str] = ()) -> t
     ------
     ValueError
         If the tuned methods of a condition have grids of different sizes, if a value was not run for
-        every seed its method was run for, or if ``metric`` or a column of ``by`` is missing.
+        every seed its method was run for, if the mean ``metric`` of a value that did not fail is NaN, if every
+        value of a method failed, or if ``metric``, ``failed`` or a column of ``by`` is missing.
     """
-    missing = [c for c in ("method", "setting", "seed", metric, *by) if c not in final]
+    missing = [c for c in ("method", "setting", "seed", metric, *by, *([failed] if failed else [])) if c not in final]
     if missing:
         raise ValueError(f"parameter 'final': lacks the columns {missing}")
     tuned = final[final.setting.notna()]
@@ -97,12 +107,18 @@ def best_settings(final: pd.DataFrame, metric: str, by: Sequence[str] = ()) -> t
                 raise ValueError(f"method {method!r} in condition {dict(condition)}: not every value of its grid "
                                  f"ran for the same seeds ({ {v: sorted(s) for v, s in seeds.items()} })")
             means = g.groupby("setting")[metric].mean()
+            lost = (g.groupby("setting")[failed].any().astype(bool) if failed
+                    else pd.Series(False, index=means.index))
+            if lost.all():
+                raise ValueError(f"method {method!r} in condition {dict(condition)}: every value of its grid failed "
+                                 f"({sorted(lost.index)}); there is nothing to choose")
+            means = means[~lost]
             if means.isna().any():
                 raise ValueError(f"method {method!r}: metric {metric!r} is NaN for settings "
                                  f"{means[means.isna()].index.tolist()}")
             best = means.idxmax()  # the first (smallest) value among equal means
             choices.append(Choice(method, float(best), float(means[best]), tuple(float(v) for v in grids[method]),
-                                  condition))
+                                  condition, tuple(float(v) for v in lost.index[lost])))
     return tuple(choices)
 
 
