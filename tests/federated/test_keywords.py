@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from flwr.serverapp.strategy import FedAvg
 
 from repro.federated.audio import Speaker, keyword_clip, log_mel, log_mel_batch
@@ -32,6 +33,17 @@ def test_each_speaker_is_one_client_and_conditions_share_the_clips():
     assert not np.allclose(clean.x_train[0], noisy.x_train[0])
     # speakers differ: the same class said by two speakers gives different features
     assert not np.allclose(clean.x_test[0], clean.x_test[TASK.test_clips])
+
+
+def test_validation_clips_are_their_own_and_leave_the_other_clips_unchanged():
+    plain, held = keyword_data(TASK), keyword_data(replace(TASK, valid_clips=4))
+    assert len(plain.y_valid) == 0 and len(held.y_valid) == TASK.num_speakers * 4
+    np.testing.assert_array_equal(plain.x_test, held.x_test)
+    assert all(np.array_equal(a, b) for a, b in zip(plain.x_train, held.x_train))
+    assert not any(np.allclose(v, t) for v in held.x_valid for t in held.x_test)
+    assert keyword_evaluator(replace(TASK, valid_clips=4), "validation")(keyword_initial(0))["accuracy"] >= 0.0
+    with pytest.raises(ValueError, match="no validation clips"):
+        keyword_evaluator(TASK, "validation")
 
 
 def test_label_noise_changes_about_eps_of_the_labels_and_zero_changes_none():

@@ -8,7 +8,10 @@ from a Dirichlet distribution, optionally recorded at a target SNR
 with per-client label noise on the training labels
 (:mod:`repro.federated.label_noise`).  Features are log-mel spectrograms
 from librosa.  The test set pools held-out clips of every speaker, an equal
-number of each class, with clean labels.
+number of each class, with clean labels; a validation set (``valid_clips``
+per speaker, drawn apart from the training and test clips, recorded at the
+same SNR, clean labels) is what tuning reads, so the test set is never used
+to choose a setting.
 
 :func:`make_keyword_client_app` is the Flower ``ClientApp``: plain local SGD
 with the settings of :class:`~repro.federated.client.LocalSettings` (message
@@ -55,6 +58,8 @@ class KeywordTask:
         Speakers, one per client.
     train_clips, test_clips
         Clips per speaker for training and for the pooled test set.
+    valid_clips
+        Clips per speaker for the pooled validation set (0: none); adding them leaves every other clip unchanged.
     imbalance
         Dirichlet concentration of each speaker's class mix (small: few classes per speaker).
     snr
@@ -72,6 +77,7 @@ class KeywordTask:
     snr: float | None = None
     label_noise: float = 0.0
     seed: int = 0
+    valid_clips: int = 0
 
     def clean(self) -> KeywordTask:
         """The same speakers and clips without noise of either kind."""
@@ -90,6 +96,8 @@ class KeywordData:
         Per speaker: the training labels before label noise.
     x_test, y_test
         The pooled test set (clean labels).
+    x_valid, y_valid
+        The pooled validation set (clean labels; empty when the task has no ``valid_clips``).
     """
 
     x_train: tuple[np.ndarray, ...]
@@ -97,6 +105,8 @@ class KeywordData:
     true_train: tuple[np.ndarray, ...]
     x_test: np.ndarray
     y_test: np.ndarray
+    x_valid: np.ndarray
+    y_valid: np.ndarray
 
     @property
     def label_noise_rate(self) -> float:
@@ -109,11 +119,23 @@ def _seed(task: KeywordTask, *path: int) -> int:
     return int(np.random.SeedSequence([task.seed, *path]).generate_state(1)[0])
 
 
+@dataclass(frozen=True)
+class _Clips:
+    """Raw clips and labels of every speaker, stacked per split."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    x_valid: np.ndarray
+    y_valid: np.ndarray
+
+
 @functools.lru_cache(maxsize=4)
-def _clips(task: KeywordTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Raw clips and labels of every speaker, ``(train_clips, train_labels, test_clips, test_labels)`` stacked."""
+def _clips(task: KeywordTask) -> _Clips:
+    """Raw clips and labels of every speaker (validation clips from seed streams of their own)."""
     classes = len(KEYWORD_CLASSES)
-    xs, ys, xt, yt = [], [], [], []
+    xs, ys, xt, yt, xv, yv = [], [], [], [], [], []
     for s in range(task.num_speakers):
         speaker = Speaker.draw(_seed(task, 0, s))
         rng = np.random.default_rng(_seed(task, 1, s))
@@ -122,12 +144,18 @@ def _clips(task: KeywordTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
         test = np.arange(task.test_clips) % classes
         xs += [keyword_clip(int(c), speaker, _seed(task, 2, s, i)) for i, c in enumerate(train)]
         xt += [keyword_clip(int(c), speaker, _seed(task, 3, s, i)) for i, c in enumerate(test)]
+        valid = np.arange(task.valid_clips) % classes
+        xv += [keyword_clip(int(c), speaker, _seed(task, 8, s, i)) for i, c in enumerate(valid)]
         ys.append(train)
         yt.append(test)
-    return np.stack(xs), np.concatenate(ys), np.stack(xt), np.concatenate(yt)
+        yv.append(valid)
+    xv = np.stack(xv) if xv else np.zeros((0, *xt[0].shape), dtype=xt[0].dtype)
+    return _Clips(np.stack(xs), np.concatenate(ys), np.stack(xt), np.concatenate(yt), xv, np.concatenate(yv))
 
 
 def _features(clips: np.ndarray, snr: float | None, stream: int, task: KeywordTask) -> np.ndarray:
+    if len(clips) == 0:
+        return np.zeros((0, N_MELS * FRAMES), dtype=np.float32)
     if snr is not None:
         clips = np.stack([add_noise(c, snr, seed=_seed(task, stream, i)) for i, c in enumerate(clips)])
     db = log_mel_batch(clips, n_mels=N_MELS, frames=FRAMES)
@@ -137,16 +165,17 @@ def _features(clips: np.ndarray, snr: float | None, stream: int, task: KeywordTa
 @functools.lru_cache(maxsize=8)
 def keyword_data(task: KeywordTask) -> KeywordData:
     """Build (once per process) the features and labels of ``task``."""
-    x_train, y_true, x_test, y_test = _clips(task.clean())
-    f_train = _features(x_train, task.snr, 4, task)
-    f_test = _features(x_test, task.snr, 5, task)
+    clips = _clips(task.clean())
+    f_train = _features(clips.x_train, task.snr, 4, task)
+    f_test = _features(clips.x_test, task.snr, 5, task)
+    f_valid = _features(clips.x_valid, task.snr, 9, task)
     per = task.train_clips
-    y_true = y_true.astype(np.int64)
+    y_true = clips.y_train.astype(np.int64)
     true = tuple(y_true[s * per:(s + 1) * per] for s in range(task.num_speakers))
     noisy = tuple(noisy_labels(y, transition_matrix(len(KEYWORD_CLASSES), task.label_noise, seed=_seed(task, 6, s)),
                                seed=_seed(task, 7, s)) for s, y in enumerate(true))
     return KeywordData(tuple(f_train[s * per:(s + 1) * per] for s in range(task.num_speakers)), noisy, true,
-                       f_test, y_test.astype(np.int64))
+                       f_test, clips.y_test.astype(np.int64), f_valid, clips.y_valid.astype(np.int64))
 
 
 def keyword_cnn(seed: int) -> torch.nn.Module:
@@ -169,13 +198,25 @@ def keyword_initial(seed: int) -> ArrayRecord:
     return to_arrayrecord(get_weights(keyword_cnn(seed)))
 
 
-def keyword_evaluator(task: KeywordTask):
-    """A function evaluating a global model on the task's pooled test set (accuracy in percent, loss)."""
+def keyword_evaluator(task: KeywordTask, split: str = "test"):
+    """A function evaluating a global model on the task's pooled ``test`` or ``validation`` set (accuracy in percent, loss).
+
+    Raises
+    ------
+    ValueError
+        If ``split`` is neither, or is ``validation`` for a task without ``valid_clips``.
+    """
+    if split not in ("test", "validation"):
+        raise ValueError(f"parameter 'split': must be 'test' or 'validation', got {split!r}")
+    if split == "validation" and task.valid_clips < 1:
+        raise ValueError("parameter 'split': the task has no validation clips (valid_clips = 0)")
     model = keyword_cnn(seed=0)
 
     def evaluate_global(arrays: ArrayRecord) -> dict[str, float]:
         data = keyword_data(task)
         set_weights(model, from_arrayrecord(arrays))
+        if split == "validation":
+            return evaluate_on(model, data.x_valid, data.y_valid)
         return evaluate_on(model, data.x_test, data.y_test)
 
     return evaluate_global

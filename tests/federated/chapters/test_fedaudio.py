@@ -2,22 +2,49 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pandas as pd
 import pytest
 
 from repro.federated.chapters import fedaudio as driver
-from repro.federated.keywords import KeywordTask
+from repro.federated.client import to_arrayrecord
+from repro.federated.engine import History
+from repro.federated.keywords import KeywordTask, keyword_cnn, keyword_initial
+from repro.models import get_weights
 
 
-def test_tuning_gives_every_aggregator_the_same_number_of_settings():
-    task = KeywordTask(num_speakers=4, train_clips=8, test_clips=8, seed=0)
+def test_tuning_gives_every_aggregator_the_same_number_of_settings_and_drops_a_diverging_one():
+    task = KeywordTask(num_speakers=4, train_clips=8, test_clips=8, seed=0, valid_clips=8)
     schedule = driver.Schedule(steps=1, batch_size=8, rounds=2, active_clients=2, eval_every=1)
-    tuned = driver.tune(task, schedule, tune_seed=9, lr=0.1, client_lrs=[0.05, 0.1], server_lrs=[0.01, 0.1])
+    # a planted diverging setting: a client learning rate of 1e6 blows the CNN's weights up in one step
+    tuned = driver.tune(task, schedule, tune_seed=9, lr=0.1, client_lrs=[0.05, 1e6], server_lrs=[0.01, 0.1])
     assert {len(t.candidates) for t in tuned.values()} == {2}
-    assert tuned["fedavg"].lr in (0.05, 0.1) and all(tuned[a].lr == 0.1 for a in ("fedadam", "fedyogi"))
-    assert tuned["fedadam"].server_lr in (0.01, 0.1)
+    avg = tuned["fedavg"]
+    assert [c.lr for c in avg.diverged] == [1e6] and avg.lr == 0.05
+    assert all(tuned[a].lr == 0.1 for a in ("fedadam", "fedyogi")) and tuned["fedadam"].server_lr in (0.01, 0.1)
+    table = driver.tuning_table(tuned)
+    assert table[table.setting == "client lr 1e+06"].diverged.tolist() == ["yes"]
+    assert table[table.aggregator == "FedAvg"].chosen.tolist() == ["yes", ""]
+    final = pd.DataFrame([{"aggregator": "fedavg", "condition": "snr", "level": 0.0, "seed": 1, "diverged": True},
+                          {"aggregator": "fedavg", "condition": "clean", "level": 0.0, "seed": 1, "diverged": False}])
+    text = driver.divergence_text(tuned, final)
+    assert "FedAvg at client lr 1e+06" in text and "FedAvg snr 0 seed 1" in text
     with pytest.raises(ValueError, match="grids of one length"):
         driver.candidates("fedavg", 0.1, [0.1, 0.2], [0.01])
+    with pytest.raises(ValueError, match="validation clips"):
+        driver.tune(KeywordTask(num_speakers=4, train_clips=8, test_clips=8), schedule, 9, 0.1, [0.05, 0.1], [0.01, 0.1])
+
+
+def test_a_run_with_non_finite_weights_or_loss_is_diverged():
+    history = History(rounds=[0, 1], accuracy=[10.0, 12.5], loss=[2.0, 1.9], final_arrays=keyword_initial(0))
+    assert not driver.diverged(history)
+    assert driver.diverged(replace(history, loss=[2.0, float("nan")]))
+    broken = get_weights(keyword_cnn(0))
+    first = next(iter(broken))
+    broken[first] = np.full_like(broken[first], np.inf)
+    assert driver.diverged(replace(history, final_arrays=to_arrayrecord(broken)))
 
 
 def frame(clean: list[float], snr: dict[float, list[float]], eps: dict[float, list[float]]) -> pd.DataFrame:

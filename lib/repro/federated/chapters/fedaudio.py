@@ -2,7 +2,9 @@
 
 :class:`AudioRun` is one seeded run, :func:`run` executes it and returns a
 :class:`RunRecord`; :func:`tune` gives every aggregator the same number of
-settings on a tuning seed and keeps each one's best; :func:`sweep` runs the
+settings on a tuning seed, scores them on validation clips (never the test
+set) and keeps each one's best, a setting that diverges (non-finite loss or
+weights) losing the tuning whatever it scored; :func:`sweep` runs the
 tuned aggregators on clean data and tuned FedAvg under every noise level;
 :func:`claims` turns the records into the ledger's per-seed values.  The
 figures and tables are the chapter's own.
@@ -18,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from repro.federated.audio import KEYWORD_CLASSES
-from repro.federated.engine import RunSummary, eval_schedule, run_federated
+from repro.federated.client import from_arrayrecord
+from repro.federated.engine import History, RunSummary, eval_schedule, run_federated
 from repro.federated.fedopt import SERVER_OPTIMISERS
 from repro.federated.figures import accuracy_band
 from repro.federated.keywords import (
@@ -38,6 +41,7 @@ AGGREGATORS = ("fedavg", "fedadam", "fedyogi", "fedadagrad")
 LABELS = {"fedavg": "FedAvg", "fedadam": "FedAdam", "fedyogi": "FedYogi", "fedadagrad": "FedAdagrad"}
 COLOURS = {"fedavg": "tab:gray", "fedadam": "tab:blue", "fedyogi": "tab:orange", "fedadagrad": "tab:green"}
 CONDITIONS = ("clean", "snr", "label_noise")
+SPLITS = ("test", "validation")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ class AudioRun:
         Label of a progress bar (``None``: none).
     device
         Where the clients train (``cpu``, ``cuda`` or ``auto``).
+    scored_on
+        The split the run's evaluations read: ``test`` (reported runs) or ``validation`` (tuning runs).
     """
 
     aggregator: str
@@ -78,12 +84,15 @@ class AudioRun:
     eval_every: int
     progress: str | None = None
     device: str = "cpu"
+    scored_on: str = "test"
 
     def __post_init__(self) -> None:
         if self.aggregator not in AGGREGATORS:
             raise ValueError(f"parameter 'aggregator': must be one of {AGGREGATORS}, got {self.aggregator!r}")
         if self.condition not in CONDITIONS:
             raise ValueError(f"condition must be one of {CONDITIONS}, got {self.condition!r}")
+        if self.scored_on not in SPLITS:
+            raise ValueError(f"parameter 'scored_on': must be one of {SPLITS}, got {self.scored_on!r}")
 
     def recorded_task(self) -> KeywordTask:
         """The federation under this run's condition."""
@@ -96,7 +105,11 @@ class AudioRun:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """What one run produced (accuracies in percent; ``curve`` is ``(round, accuracy)`` per evaluation)."""
+    """What one run produced.
+
+    Accuracies are in percent on the run's ``scored_on`` split; ``curve`` is ``(round, accuracy)`` per
+    evaluation; ``diverged`` is true when an evaluation's loss or the final model's weights are not finite.
+    """
 
     aggregator: str
     condition: str
@@ -107,6 +120,15 @@ class RunRecord:
     accuracy: float
     budget_accuracy: float
     curve: tuple[tuple[int, float], ...]
+    diverged: bool = False
+
+
+def diverged(history: History) -> bool:
+    """Whether a run diverged: a non-finite evaluation loss, or a non-finite weight in the final global model."""
+    if not np.all(np.isfinite(history.loss)):
+        return True
+    final = {} if history.final_arrays is None else from_arrayrecord(history.final_arrays)
+    return not all(np.all(np.isfinite(w)) for w in final.values())
 
 
 def build_strategy(job: AudioRun) -> SeededFedAvg:
@@ -118,15 +140,15 @@ def build_strategy(job: AudioRun) -> SeededFedAvg:
 
 
 def run(job: AudioRun) -> RunRecord:
-    """Run ``job`` on the in-process Flower engine."""
+    """Run ``job`` on the in-process Flower engine, evaluating on its ``scored_on`` split."""
     task = job.recorded_task()
     app = make_keyword_client_app(task, {"seed": job.seed, "device": job.device})
     hist = run_federated(build_strategy(job), app, task.num_speakers,
-                         keyword_initial(job.seed), job.rounds, keyword_evaluator(task),
+                         keyword_initial(job.seed), job.rounds, keyword_evaluator(task, job.scored_on),
                          eval_schedule(job.rounds, job.eval_every), progress=job.progress)
     s = RunSummary.of(hist)
     return RunRecord(job.aggregator, job.condition, job.level, job.seed, job.lr, job.server_lr, s.accuracy,
-                     s.budget_accuracy, s.curve)
+                     s.budget_accuracy, s.curve, diverged(hist))
 
 
 @dataclass(frozen=True)
@@ -141,20 +163,40 @@ class Schedule:
     device: str = "cpu"
 
     def job(self, aggregator: str, condition: str, level: float, seed: int, task: KeywordTask, lr: float,
-            server_lr: float, progress: str | None = None) -> AudioRun:
+            server_lr: float, progress: str | None = None, scored_on: str = "test") -> AudioRun:
         """One :class:`AudioRun` with this schedule."""
         return AudioRun(aggregator, condition, level, seed, task, lr, server_lr, self.steps, self.batch_size,
-                        self.rounds, self.active_clients, self.eval_every, progress, self.device)
+                        self.rounds, self.active_clients, self.eval_every, progress, self.device, scored_on)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One setting an aggregator tried on the tuning seed, and how it did on the validation clips."""
+
+    lr: float
+    server_lr: float
+    validation_accuracy: float
+    diverged: bool
+
+    @property
+    def setting(self) -> str:
+        """The setting in words (FedAvg's client rate, or a FedOpt aggregator's server rate)."""
+        return f"client lr {self.lr:g}" if math.isnan(self.server_lr) else f"server lr {self.server_lr:g}"
 
 
 @dataclass(frozen=True)
 class Tuned:
-    """An aggregator's chosen setting and the tuning-seed accuracy of each candidate."""
+    """An aggregator's chosen setting and every candidate it tried (none when its grid has one value)."""
 
     aggregator: str
     lr: float
     server_lr: float
-    candidates: tuple[tuple[float, float, float], ...]
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def diverged(self) -> tuple[Candidate, ...]:
+        """The candidates that diverged on the tuning seed (they lost the tuning)."""
+        return tuple(c for c in self.candidates if c.diverged)
 
 
 def candidates(aggregator: str, lr: float, client_lrs: list[float], server_lrs: list[float]) -> list[tuple[float, float]]:
@@ -173,21 +215,34 @@ def tune(task: KeywordTask, schedule: Schedule, tune_seed: int, lr: float, clien
          server_lrs: list[float], workers: int = 1) -> dict[str, Tuned]:
     """Every aggregator's best setting on clean data, judged on ``tune_seed`` (not a reported seed).
 
-    The choice is :func:`repro.federated.tuning.best_settings` (grids of one size, best mean accuracy at
-    the budget).  A grid of one value is taken as is, without a run.
+    Tuning runs are scored on the task's validation clips, never on the test set.  The choice is
+    :func:`repro.federated.tuning.best_settings` (grids of one size, best validation accuracy at the
+    budget); a setting that diverged (:func:`diverged`) is a failed setting and loses whatever it scored.
+    A grid of one value is taken as is, without a run.
+
+    Raises
+    ------
+    ValueError
+        If the grids differ in length, if ``task`` has no validation clips and there is a grid to tune
+        over, or if every setting of an aggregator diverged.
     """
     grids = {a: candidates(a, lr, client_lrs, server_lrs) for a in AGGREGATORS}
     if len(client_lrs) == 1:
         return {a: Tuned(a, *grids[a][0], ()) for a in AGGREGATORS}
-    jobs = [schedule.job(a, "clean", 0.0, tune_seed, task, c, s) for a in AGGREGATORS for c, s in grids[a]]
+    if task.valid_clips < 1:
+        raise ValueError("parameter 'task': tuning needs validation clips (valid_clips >= 1)")
+    jobs = [schedule.job(a, "clean", 0.0, tune_seed, task, c, s, scored_on="validation")
+            for a in AGGREGATORS for c, s in grids[a]]
     done = parallel_map(run, jobs, workers, desc="tuning")
     tried = pd.DataFrame([{"method": r.aggregator, "setting": r.lr if r.aggregator == "fedavg" else r.server_lr,
-                           "seed": r.seed, "budget_accuracy": r.budget_accuracy} for r in done])
-    best = chosen(best_settings(tried, "budget_accuracy"))
+                           "seed": r.seed, "validation_accuracy": r.budget_accuracy, "diverged": r.diverged}
+                          for r in done])
+    best = chosen(best_settings(tried, "validation_accuracy", failed="diverged"))
     out = {}
     for a in AGGREGATORS:
         c, s = (best[a], math.nan) if a == "fedavg" else (lr, best[a])
-        out[a] = Tuned(a, c, s, tuple((r.lr, r.server_lr, r.budget_accuracy) for r in done if r.aggregator == a))
+        out[a] = Tuned(a, c, s, tuple(Candidate(r.lr, r.server_lr, r.budget_accuracy, r.diverged)
+                                      for r in done if r.aggregator == a))
     return out
 
 
@@ -198,7 +253,8 @@ def sweep(task: KeywordTask, schedule: Schedule, seeds: list[int], tuned: dict[s
     Returns
     -------
     final : DataFrame
-        One row per run: ``aggregator, condition, level, seed, lr, server_lr, accuracy, budget_accuracy``.
+        One row per run: ``aggregator, condition, level, seed, lr, server_lr, accuracy, budget_accuracy,
+        diverged``.
     curves : DataFrame
         ``aggregator, condition, level, seed, round, accuracy`` at every evaluation.
     """
@@ -212,7 +268,8 @@ def sweep(task: KeywordTask, schedule: Schedule, seeds: list[int], tuned: dict[s
     done = parallel_map(run, jobs, workers, desc="runs")
     keys = ("aggregator", "condition", "level", "seed")
     final = pd.DataFrame([{**{k: getattr(r, k) for k in keys}, "lr": r.lr, "server_lr": r.server_lr,
-                           "accuracy": r.accuracy, "budget_accuracy": r.budget_accuracy} for r in done])
+                           "accuracy": r.accuracy, "budget_accuracy": r.budget_accuracy, "diverged": r.diverged}
+                          for r in done])
     curves = pd.DataFrame([{**{k: getattr(r, k) for k in keys}, "round": rd, "accuracy": a}
                            for r in done for rd, a in r.curve])
     return final, curves
@@ -288,6 +345,40 @@ def clean_table(final: pd.DataFrame, tuned: dict[str, Tuned]) -> pd.DataFrame:
                      "accuracy (%)": f"{r.mean():.1f} ± {r.std(ddof=1) if len(r) > 1 else 0.0:.1f}",
                      "seeds": len(r)})
     return pd.DataFrame(rows)
+
+
+def tuning_table(tuned: dict[str, Tuned]) -> pd.DataFrame:
+    """Every setting each aggregator tried: validation accuracy on the tuning seed, whether it diverged, which won."""
+    rows = []
+    for a in AGGREGATORS:
+        t = tuned[a]
+        for c in t.candidates:
+            rows.append({"aggregator": LABELS[a], "setting": c.setting,
+                         "validation accuracy (%)": f"{c.validation_accuracy:.1f}",
+                         "diverged": "yes" if c.diverged else "no",
+                         "chosen": "yes" if c.lr == t.lr and (c.server_lr == t.server_lr or math.isnan(t.server_lr))
+                         else ""})
+    return pd.DataFrame(rows)
+
+
+def divergence_text(tuned: dict[str, Tuned], final: pd.DataFrame) -> str:
+    """One paragraph naming the settings that diverged in tuning and the reported runs that diverged."""
+    lost = [f"{LABELS[a]} at {c.setting}" for a in AGGREGATORS for c in tuned[a].diverged]
+    tried = sum(len(t.candidates) for t in tuned.values())
+    if tried == 0:
+        tuning = "No tuning ran (every grid has one value), so no setting could fail."
+    elif lost:
+        tuning = (f"Of the {tried} settings tried on the tuning seed, {len(lost)} diverged (a non-finite loss or weight) "
+                  f"and lost the tuning: {', '.join(lost)}.")
+    else:
+        tuning = f"None of the {tried} settings tried on the tuning seed diverged."
+    bad = final[final.diverged]
+    if bad.empty:
+        return f"{tuning} None of the {len(final)} reported runs diverged."
+    runs = ", ".join(f"{LABELS[r.aggregator]} {r.condition.replace('_', ' ')}"
+                     f"{'' if r.condition == 'clean' else f' {r.level:g}'} seed {r.seed}" for r in bad.itertuples())
+    return (f"{tuning} {len(bad)} of the {len(final)} reported runs diverged at their tuned setting ({runs}); "
+            "their accuracy (chance level or near it) stays in the tables and claims.")
 
 
 def noise_table(final: pd.DataFrame) -> pd.DataFrame:
