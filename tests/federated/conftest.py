@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import Strategy
 
+from repro import datasets
+from repro.federated import task
 from repro.federated.client import make_client_app
 from repro.federated.engine import History, central_evaluator, initial_arrays, run_federated
 from repro.federated.task import TaskSpec
@@ -42,3 +45,23 @@ def equal_weights(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 def same_weights() -> Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], bool]:
     """:func:`equal_weights` as a fixture."""
     return equal_weights
+
+
+@pytest.fixture()
+def shuffled_test_labels(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
+    """``shuffle()``: from then on every task loads its dataset with the test labels permuted (seeded).
+
+    The task-data cache is cleared on the way in and out, so no other test sees the permuted labels.
+    """
+    original = task.load_dataset
+
+    def with_shuffled_test(name: str, n_train: int | None = None, seed: int = 0) -> datasets.Dataset:
+        ds = original(name, n_train=n_train, seed=seed)
+        return dataclasses.replace(ds, y_test=np.random.default_rng(123).permutation(ds.y_test))
+
+    def shuffle() -> None:
+        task.load_task_data.cache_clear()
+        monkeypatch.setattr(task, "load_dataset", with_shuffled_test)
+
+    yield shuffle
+    task.load_task_data.cache_clear()

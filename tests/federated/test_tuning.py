@@ -89,3 +89,16 @@ def test_a_failed_value_loses_the_tuning_and_is_reported():
         best_settings(frame, "val", failed="diverged")
     with pytest.raises(ValueError, match="lacks the columns"):
         best_settings(frame.drop(columns="diverged"), "val", failed="diverged")
+
+
+def test_validation_share_holds_out_a_stratified_set_no_client_holds():
+    spec = TaskSpec(dataset="digits", num_clients=5, scheme="dirichlet", alpha=0.5, hidden=(8,), validation_share=0.2)
+    ds, parts = load_task_data(spec)
+    idx = held_out(spec)
+    dealt = np.concatenate(parts)
+    assert len(idx) + len(dealt) == len(ds.y_train) and not np.isin(idx, dealt).any()
+    assert abs(len(idx) - 0.2 * len(ds.y_train)) <= 1
+    share = np.bincount(ds.y_train[idx], minlength=ds.num_classes) / np.bincount(ds.y_train, minlength=ds.num_classes)
+    assert np.allclose(share, 0.2, atol=0.05)  # every class held out in proportion
+    with pytest.raises(ValueError, match="validation_share"):
+        load_task_data(TaskSpec(dataset="digits", num_clients=5, hidden=(8,), validation_share=1.0))

@@ -57,6 +57,31 @@ def accuracy_band(ax: plt.Axes, sel: pd.DataFrame, x: str | None, colour: str, l
     ax.fill_between(xs, g.lo, g.hi, color=colour, alpha=0.12)
 
 
+def accuracy_curves(curves: pd.DataFrame, column: str, order: Sequence[str], labels: dict[str, str],
+                    colours: dict[str, str], ylabel: str) -> plt.Figure:
+    """Accuracy against rounds of every entry of ``order`` (mean over seeds, band min to max, :func:`accuracy_band`).
+
+    Parameters
+    ----------
+    curves
+        ``round, accuracy`` rows, told apart by ``column`` (a method, an aggregator).
+    column, order
+        The column naming the curves and its values in legend order.
+    labels, colours
+        Legend label and colour of each value.
+    ylabel
+        What the accuracy is (test accuracy, mean client accuracy ...).
+    """
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for m in order:
+        accuracy_band(ax, curves[curves[column] == m], None, colours[m], labels[m])
+    ax.set_xlabel("round")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddrl": "FedDRL",
                  "cluster-agg": "cluster-equal aggregation", "kd": "KD regulariser", "cadis": "CADIS",
                  "oracle-agg": "oracle clusters"}

@@ -14,16 +14,25 @@ the chapters plot.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Callable, ClassVar, Sequence, TypeVar
 
 import pandas as pd
+from flwr.app import ArrayRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import Strategy
 
 from repro.federated.client import LocalSGD
-from repro.federated.engine import History, RunSummary, central_evaluator, eval_schedule, initial_arrays, run_federated
+from repro.federated.engine import (
+    EvalFn,
+    History,
+    RunSummary,
+    central_evaluator,
+    eval_schedule,
+    initial_arrays,
+    run_federated,
+)
 from repro.federated.task import TaskSpec
 from repro.parallel import parallel_map
 
@@ -46,6 +55,8 @@ class FederatedRun:
         Evaluation period (rounds) and engine (see :func:`repro.federated.engine.run_federated`).
     device
         Where the clients train (``cpu``, ``cuda`` or ``auto``), handed to them in the run config.
+    progress
+        Label of a per-round progress bar (``None``: none).
     """
 
     method: str
@@ -58,11 +69,13 @@ class FederatedRun:
     eval_every: int = 10
     engine: str = "inprocess"
     device: str = "cpu"
+    progress: str | None = None
 
     methods: ClassVar[tuple[str, ...]] = ()
     """The methods a subclass runs."""
     tuned: ClassVar[dict[str, str]] = {}
-    """The methods whose hyper-parameter a sweep tunes over a grid, and the field that holds it."""
+    """The methods whose hyper-parameter a sweep tunes over a grid, and the field that holds it (dotted for a
+    field of a field: ``"sgd.lr"`` is the clients' learning rate)."""
 
     def __post_init__(self) -> None:
         if self.method not in self.methods:
@@ -76,7 +89,7 @@ class FederatedRun:
     @property
     def setting(self) -> float:
         """The value of this run's tuned hyper-parameter (:attr:`tuned`), NaN for a method that is not tuned."""
-        return float(getattr(self, self.tuned[self.method])) if self.method in self.tuned else float("nan")
+        return float(attrgetter(self.tuned[self.method])(self)) if self.method in self.tuned else float("nan")
 
     @property
     def run_config(self) -> dict[str, int | str]:
@@ -88,11 +101,28 @@ class FederatedRun:
         """The local-training config the strategy sends (``sgd`` at ``tau`` steps)."""
         return self.sgd.config(self.tau)
 
-    def simulate(self, strategy: Strategy, client_app: ClientApp) -> History:
-        """Run ``strategy`` against ``client_app`` from this run's initial model, evaluating centrally."""
-        spec = self.spec
-        return run_federated(strategy, client_app, spec.num_clients, initial_arrays(spec, self.seed), self.rounds,
-                             central_evaluator(spec), eval_schedule(self.rounds, self.eval_every), engine=self.engine)
+    def simulate(self, strategy: Strategy, client_app: ClientApp, initial: ArrayRecord | None = None,
+                 evaluate: EvalFn | None = None, flower_rounds: int = 1) -> History:
+        """Run ``strategy`` against ``client_app`` on this run's schedule, evaluating centrally.
+
+        Parameters
+        ----------
+        strategy, client_app
+            The server's strategy and the clients' app.
+        initial, evaluate
+            The initial global record and its central evaluation; by default the task model of
+            :func:`~repro.federated.engine.initial_arrays` for the run seed and
+            :func:`~repro.federated.engine.central_evaluator`.
+        flower_rounds
+            Flower rounds per round of the method (a two-step method takes 2); evaluations fall on
+            whole rounds of the method, every :attr:`eval_every` of them.
+        """
+        spec, k = self.spec, flower_rounds
+        return run_federated(strategy, client_app, spec.num_clients,
+                             initial_arrays(spec, self.seed) if initial is None else initial, k * self.rounds,
+                             central_evaluator(spec) if evaluate is None else evaluate,
+                             eval_schedule(k * self.rounds, k * self.eval_every, multiple_of=k), engine=self.engine,
+                             progress=self.progress)
 
 
 def execute(run: Callable[[R], dict[str, Any]], jobs: Sequence[R], workers: int, desc: str) -> list[dict[str, Any]]:
@@ -131,28 +161,3 @@ def run_tables(done: Sequence[dict[str, Any]], columns: Sequence[str], keys: Seq
     curves = pd.DataFrame([{**{k: r[k] for k in keys}, **dict(zip(curve_columns, point, strict=True))}
                            for r in done for point in r["curve"]])
     return final, curves
-
-
-def setting_sweep_tables(done: Sequence[Any], setting: str = "lr") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The final table and the curves of a sweep whose run records are dataclasses with a ``curve``.
-
-    Parameters
-    ----------
-    done
-        Run records with ``method``, ``seed``, the tuned field ``setting`` and
-        a ``curve`` of ``(round, accuracy)``.
-    setting
-        The record field swept over a grid; it becomes the ``setting`` column
-        that :mod:`repro.federated.tuning` reads.
-
-    Returns
-    -------
-    final : DataFrame
-        One row per run, every field but the curve.
-    curves : DataFrame
-        ``method, seed, setting, round, accuracy``.
-    """
-    final = pd.DataFrame([{k: v for k, v in dataclasses.asdict(r).items() if k != "curve"} for r in done])
-    curves = pd.DataFrame([{"method": r.method, "seed": r.seed, "setting": getattr(r, setting), "round": rd,
-                            "accuracy": a} for r in done for rd, a in r.curve])
-    return final.rename(columns={setting: "setting"}), curves

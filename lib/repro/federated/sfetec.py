@@ -26,7 +26,7 @@ simulated wall-clock time per round.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -92,11 +92,12 @@ def weighted_average(models: Sequence[dict[str, np.ndarray]], weights: Sequence[
 
 @dataclass
 class SplitHistory:
-    """Accuracy at each evaluated round and the traffic of every round."""
+    """Accuracy at each evaluated round, the traffic of every round, and the cloud's model at the end."""
 
     rounds: list[int]
     accuracy: list[float]
     traffic: list[RoundTraffic]
+    final: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, rounds: int, steps: int, batch_size: int,
@@ -174,6 +175,7 @@ def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, roun
         history.traffic.append(RoundTraffic(traffic.up / clients, traffic.down / clients, cloud_bytes))
         if r in eval_rounds:
             evaluate_cloud(r)
+    history.final = weighted_average([get_weights(m) for m in models], edge_size)
     return history
 
 

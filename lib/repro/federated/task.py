@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from sklearn.model_selection import train_test_split
 
 from repro import datasets, models, partition
 from repro.federated.textdata import load_doc_topics
@@ -44,6 +45,11 @@ class TaskSpec:
     cluster_sizes, samples_per_client
         Client groups and per-client volume of ``scheme='cluster_skew'``
         (see :func:`repro.partition.cluster_skew`; ``alpha`` is the groups' label concentration).
+    validation_share
+        Share of the training samples held out, stratified by label, before
+        the partition: no client holds them, and
+        :func:`repro.federated.tuning.held_out` returns them to choose
+        hyper-parameters on (0: every sample goes to the partition).
     """
 
     dataset: str = "digits"
@@ -57,6 +63,7 @@ class TaskSpec:
     usage: float = 1.0
     cluster_sizes: tuple[int, ...] = ()
     samples_per_client: int = 0
+    validation_share: float = 0.0
 
 
 FL_DATASETS = ("doc_topics",)
@@ -74,17 +81,40 @@ def load_dataset(name: str, n_train: int | None = None, seed: int = 0) -> datase
 def load_task_data(spec: TaskSpec) -> tuple[datasets.Dataset, tuple[np.ndarray, ...]]:
     """The dataset and the client partition of ``spec`` (cached per process)."""
     ds = load_dataset(spec.dataset, n_train=spec.n_train, seed=spec.data_seed)
+    dealt = partition_pool(ds.y_train, spec.validation_share, spec.data_seed)
+    labels = ds.y_train[dealt]
     if spec.scheme == "sparse_and_scarce":
-        parts = partition.sparse_and_scarce(ds.y_train, spec.num_clients, usage=spec.usage, alpha=spec.alpha,
+        parts = partition.sparse_and_scarce(labels, spec.num_clients, usage=spec.usage, alpha=spec.alpha,
                                             seed=spec.data_seed)
     elif spec.scheme == "cluster_skew":
         if sum(spec.cluster_sizes) != spec.num_clients:
             raise ValueError(f"cluster_sizes {spec.cluster_sizes} must sum to num_clients={spec.num_clients}")
-        parts = partition.cluster_skew(ds.y_train, list(spec.cluster_sizes), spec.samples_per_client,
+        parts = partition.cluster_skew(labels, list(spec.cluster_sizes), spec.samples_per_client,
                                        alpha=spec.alpha, seed=spec.data_seed)
     else:
-        parts = partition.partition(ds.y_train, spec.num_clients, spec.scheme, seed=spec.data_seed, alpha=spec.alpha)
-    return ds, tuple(parts)
+        parts = partition.partition(labels, spec.num_clients, spec.scheme, seed=spec.data_seed, alpha=spec.alpha)
+    return ds, tuple(dealt[p] for p in parts)
+
+
+def partition_pool(labels: np.ndarray, validation_share: float, seed: int) -> np.ndarray:
+    """Sorted indices of the training samples the partition deals out.
+
+    All of them when ``validation_share`` is 0; otherwise all but a
+    stratified ``validation_share`` of them (scikit-learn's
+    ``train_test_split`` with ``seed``), which stay out of every client.
+
+    Raises
+    ------
+    ValueError
+        If ``validation_share`` is outside ``[0, 1)``.
+    """
+    if not 0.0 <= validation_share < 1.0:
+        raise ValueError(f"validation_share must be in [0, 1), got {validation_share}")
+    everything = np.arange(len(labels))
+    if validation_share == 0.0:
+        return everything
+    dealt, _ = train_test_split(everything, test_size=validation_share, stratify=labels, random_state=seed)
+    return np.sort(dealt)
 
 
 def client_data(spec: TaskSpec, partition_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -218,3 +218,46 @@ def measure_step_memory(model: torch.nn.Module, trained: Sequence[str], x: torch
             p.requires_grad_(before[k])
             p.grad = None
     return int(sum(saved.values()) + grads + state + weights)
+
+
+@dataclass(frozen=True)
+class StepCount:
+    """One local SGD step of a model under the memory model, and torch's count of the same step.
+
+    Attributes
+    ----------
+    parameters
+        Parameters of the whole model.
+    modelled
+        :func:`step_memory` of the step.
+    measured
+        :func:`measure_step_memory` of the step: bytes of its trained part.
+    """
+
+    parameters: int
+    modelled: StepMemory
+    measured: int
+
+
+def count_step(model: torch.nn.Module, batch_size: int, momentum: float, trained_layers: int | None = None) -> StepCount:
+    """Model and measure one SGD step of ``model`` on a batch of zeros, training its last ``trained_layers`` layers.
+
+    Parameters
+    ----------
+    model
+        A feed-forward model of ``Linear`` layers (:func:`linear_layers`).
+    batch_size
+        Samples in the batch.
+    momentum
+        SGD momentum; the optimiser keeps one buffer per parameter when it is positive, none otherwise.
+    trained_layers
+        Output-side ``Linear`` layers trained (``None``: all); the others are frozen.
+    """
+    layers = linear_layers(model)
+    k = len(layers) if trained_layers is None else trained_layers
+    modules = dict(model.named_modules())
+    trained = [f"{lay.name}.{name}" for lay in layers[len(layers) - k:] for name, _ in modules[lay.name].named_parameters()]
+    x = torch.zeros(batch_size, layers[0].fan_in)
+    y = torch.zeros(batch_size, dtype=torch.long)
+    return StepCount(sum(lay.parameters for lay in layers), step_memory(layers, k, batch_size, 1 if momentum > 0 else 0),
+                     measure_step_memory(model, trained, x, y, momentum=momentum))

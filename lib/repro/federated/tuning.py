@@ -14,9 +14,11 @@ then keeps the rows of the untuned methods and of each tuned method's chosen
 value, and the claims are computed on those.
 
 The metric to choose on should not be the one the claims report.  For
-splits that leave training samples unused (the cluster-skewed ones),
-:func:`validation_accuracy` scores a model on those held-out samples, which
-no client trains on and no claim reads.
+splits that leave training samples unused (the cluster-skewed ones, and
+any task with a ``validation_share``, see
+:class:`repro.federated.task.TaskSpec`), :func:`validation_accuracy`
+scores a model on those held-out samples, which no client trains on and no
+claim reads.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ def keep_best(frame: pd.DataFrame, choices: Sequence[Choice]) -> pd.DataFrame:
     return frame[keep]
 
 
-# ----- a validation metric for splits that leave samples unused -----------------------------
+# ----- a validation metric on the training samples no client holds -------------------------
 def held_out(spec: TaskSpec) -> np.ndarray:
     """Indices of the training samples no client of ``spec`` holds.
 
@@ -157,33 +159,29 @@ def held_out(spec: TaskSpec) -> np.ndarray:
     used[np.concatenate(parts)] = True
     if used.all():
         raise ValueError(f"the {spec.scheme!r} split of {spec.dataset!r} leaves no training sample unused; "
-                         "there is no held-out set to validate on")
+                         "there is no held-out set to validate on (TaskSpec.validation_share holds one out)")
     return np.flatnonzero(~used)
 
 
-def validation_accuracy(spec: TaskSpec, arrays: ArrayRecord) -> float:
-    """Class-balanced accuracy (percent) of a global model on the held-out training samples.
+def model_validation_accuracy(spec: TaskSpec, model: torch.nn.Module) -> float:
+    """Class-balanced accuracy (percent) of ``model`` (weights loaded) on the held-out training samples.
 
     The mean over classes of per-class accuracy, over the classes the held-out set contains: the
     leftovers of a skewed split under-represent the classes the clients hold most, and the balancing
-    keeps that from deciding the choice.
+    keeps that from deciding the choice.  Any model mapping the task's inputs to class logits will
+    do (an ensemble, one model of a pair); only training samples are read, never the test set.
     """
     ds, _ = load_task_data(spec)
     idx = held_out(spec)
-    model = build_model(spec, seed=0)
-    set_weights(model, from_arrayrecord(arrays))
     model.eval()
     with torch.no_grad():
-        pred = model(torch.from_numpy(ds.x_train[idx])).argmax(1).numpy()
+        pred = model(torch.from_numpy(ds.x_train[idx])).argmax(1).cpu().numpy()
     y = ds.y_train[idx]
     return float(100.0 * np.mean([(pred[y == c] == c).mean() for c in np.unique(y)]))
 
 
-def best_on_test(final: pd.DataFrame) -> tuple[Choice, ...]:
-    """Each method's setting with the best mean accuracy at the budget over seeds (one grid for all).
-
-    For splits that leave no training sample unused to validate on: the
-    choice reads the test accuracy the claims compare, for every method
-    alike, and the chapter must say so.
-    """
-    return best_settings(final, "budget_accuracy")
+def validation_accuracy(spec: TaskSpec, arrays: ArrayRecord) -> float:
+    """:func:`model_validation_accuracy` of the task's model holding the global ``arrays``."""
+    model = build_model(spec, seed=0)
+    set_weights(model, from_arrayrecord(arrays))
+    return model_validation_accuracy(spec, model)

@@ -1,7 +1,7 @@
 """The EmbracingFL chapter: partial training of output-side layers against width reduction, over client mixes.
 
 :class:`EmbracingRun` is one seeded run, :func:`run` executes it and
-returns a :class:`RunRecord`, :func:`sweep` runs every method, client mix
+returns its record, :func:`sweep` runs every method, client mix
 and seed, :func:`claims` turns the records into the ledger's per-seed
 values; the figures and tables are the chapter's own.
 """
@@ -9,22 +9,23 @@ values; the figures and tables are the chapter's own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
+from flwr.clientapp import ClientApp
 
 from repro.federated.client import LocalSGD, make_client_app
-from repro.federated.engine import RunSummary, central_evaluator, eval_schedule, initial_arrays, run_federated
-from repro.federated.figures import accuracy_band
+from repro.federated.engine import RunSummary
+from repro.federated.figures import accuracy_band, mean_sd, seed_sd
 from repro.federated.fjord import make_fjord_client_app
 from repro.federated.heterofl import WidthReduced, make_heterofl_client_app, sub_spec
-from repro.federated.partial import PartialTraining, make_partial_client_app, output_side_keys
+from repro.federated.partial import PartialTraining, make_partial_client_app
+from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model
-from repro.federated.tiers import Tier, assign_tiers, linear_layers, measure_step_memory, step_memory
-from repro.parallel import parallel_map
+from repro.federated.tiers import Tier, assign_tiers, count_step, linear_layers, step_memory
 
 METHODS = ("all_strong", "strong_only", "heterofl", "fjord", "embracingfl")
 LABELS = {"all_strong": "FedAvg, all clients strong", "strong_only": "FedAvg, strong clients only",
@@ -59,45 +60,28 @@ class TierPlan:
                 Tier("weak", self.weak_layers, self.weak_width))
 
 
-@dataclass(frozen=True)
-class EmbracingRun:
-    """One run of the comparison; field names are the chapter's parameters.
+@dataclass(frozen=True, kw_only=True)
+class EmbracingRun(FederatedRun):
+    """One run of the comparison; the shared fields are :class:`~repro.federated.runs.FederatedRun`'s.
+
+    ``tau`` is the local steps per round; the run seed also draws the tier assignment.
 
     Attributes
     ----------
-    method
-        One of :data:`METHODS`.
     strong_share, moderate_share
         The client mix (the rest are weak).
-    seed
-        Run seed (model init, tier assignment, sampling, mini-batches).
-    spec, sgd, plan
-        Task, local training and tiers.
-    steps, rounds, active_clients, eval_every
-        Local steps per round, rounds, clients sampled per round, evaluation period.
-    progress
-        Label of a per-round progress bar (``None``: none).
-    device
-        Where the clients train (``cpu``, ``cuda`` or ``auto``).
+    plan
+        The tiers.
     """
 
-    method: str
     strong_share: float
     moderate_share: float
-    seed: int
-    spec: TaskSpec
-    sgd: LocalSGD
     plan: TierPlan
-    steps: int
-    rounds: int
-    active_clients: int
-    eval_every: int
-    progress: str | None = None
-    device: str = "cpu"
+
+    methods: ClassVar[tuple[str, ...]] = METHODS
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"parameter 'method': must be one of {METHODS}, got {self.method!r}")
+        super().__post_init__()
         if self.strong_share + self.moderate_share > 1.0 + 1e-9:
             raise ValueError("strong and moderate shares must not exceed 1 together")
 
@@ -107,56 +91,29 @@ class EmbracingRun:
         return assign_tiers(self.spec.num_clients, shares, self.plan.tiers(), seed=self.seed)
 
 
-@dataclass(frozen=True)
-class RunRecord:
-    """What one run produced.
-
-    Attributes
-    ----------
-    method, strong_share, seed
-        Which run.
-    accuracy, budget_accuracy
-        Final test accuracy and the mean of the last evaluations (percent).
-    comm
-        Scalars moved, both directions.
-    curve
-        ``(round, accuracy)`` at every evaluation.
-    """
-
-    method: str
-    strong_share: float
-    seed: int
-    accuracy: float
-    budget_accuracy: float
-    comm: int
-    curve: tuple[tuple[int, float], ...]
-
-
-def build_strategy(job: EmbracingRun) -> tuple[SeededFedAvg, object]:
+def build_strategy(job: EmbracingRun) -> tuple[SeededFedAvg, ClientApp]:
     """The strategy and the ``ClientApp`` of ``job``'s method."""
-    local = job.sgd.config(job.steps)
-    tiers = job.client_tiers()
-    cfg = {"seed": job.seed, "device": job.device}
+    local, tiers, cfg, k = job.local, job.client_tiers(), job.run_config, job.clients_per_round
     if job.method == "all_strong":
-        return SeededFedAvg(job.active_clients, local, seed=job.seed), make_client_app(job.spec, cfg)
+        return SeededFedAvg(k, local, seed=job.seed), make_client_app(job.spec, cfg)
     if job.method in ("strong_only", "embracingfl"):
         if job.method == "strong_only":
             tiers = [t if t.name == "strong" else Tier(t.name, 0, t.width) for t in tiers]
-        return PartialTraining(job.active_clients, local, tiers, seed=job.seed), make_partial_client_app(job.spec, cfg)
+        return PartialTraining(k, local, tiers, seed=job.seed), make_partial_client_app(job.spec, cfg)
     fjord = job.method == "fjord"
     app = make_fjord_client_app(job.spec, cfg) if fjord else make_heterofl_client_app(job.spec, cfg)
-    return WidthReduced(job.active_clients, local, tiers, seed=job.seed, ordered_dropout=fjord), app
+    return WidthReduced(k, local, tiers, seed=job.seed, ordered_dropout=fjord), app
 
 
-def run(job: EmbracingRun) -> RunRecord:
-    """Run ``job`` on the in-process Flower engine."""
+def run(job: EmbracingRun) -> dict[str, Any]:
+    """Run ``job``; the record is :func:`repro.federated.runs.summary_record`'s with the mix and ``comm``.
+
+    ``comm`` counts the scalars moved, both directions.
+    """
     strategy, app = build_strategy(job)
-    hist = run_federated(strategy, app, job.spec.num_clients, initial_arrays(job.spec, job.seed), job.rounds,
-                         central_evaluator(job.spec), eval_schedule(job.rounds, job.eval_every), progress=job.progress)
-    s = RunSummary.of(hist)
+    hist = job.simulate(strategy, app)
     assert strategy.comm is not None
-    return RunRecord(job.method, job.strong_share, job.seed, s.accuracy, s.budget_accuracy, strategy.comm.total,
-                     s.curve)
+    return summary_record(job, RunSummary.of(hist), strong_share=job.strong_share, comm=strategy.comm.total)
 
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, plan: TierPlan, mixes: list[tuple[float, float]], steps: int, rounds: int,
@@ -171,20 +128,19 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, plan: TierPlan, mixes: list[tuple[float
     curves : DataFrame
         ``method, strong_share, seed, round, accuracy`` at every evaluation.
     """
+    def job(method: str, strong: float, moderate: float, seed: int, progress: str | None = None) -> EmbracingRun:
+        return EmbracingRun(method, spec, sgd, steps, rounds, seed, active_clients=active_clients,
+                            eval_every=eval_every, device=device, progress=progress, strong_share=strong,
+                            moderate_share=moderate, plan=plan)
+
     jobs = []
     for seed in seeds:
-        jobs.append(EmbracingRun("all_strong", 1.0, 0.0, seed, spec, sgd, plan, steps, rounds, active_clients,
-                                 eval_every, device=device))
-        for strong, moderate in mixes:
-            jobs += [EmbracingRun(m, strong, moderate, seed, spec, sgd, plan, steps, rounds, active_clients, eval_every,
-                                  progress=None if workers > 1 else f"{m} strong={strong} seed={seed}", device=device)
-                     for m in METHODS if m != "all_strong"]
-    done = parallel_map(run, jobs, workers)
-    final = pd.DataFrame([{"method": r.method, "strong_share": r.strong_share, "seed": r.seed, "accuracy": r.accuracy,
-                           "budget_accuracy": r.budget_accuracy, "comm": r.comm} for r in done])
-    curves = pd.DataFrame([{"method": r.method, "strong_share": r.strong_share, "seed": r.seed, "round": rd,
-                            "accuracy": a} for r in done for rd, a in r.curve])
-    return final, curves
+        jobs.append(job("all_strong", 1.0, 0.0, seed))
+        jobs += [job(m, strong, moderate, seed, None if workers > 1 else f"{m} strong={strong} seed={seed}")
+                 for strong, moderate in mixes for m in METHODS if m != "all_strong"]
+    done = execute(run, jobs, workers, desc="EmbracingFL comparison")
+    return run_tables(done, ("method", "strong_share", "seed", "accuracy", "budget_accuracy", "comm"),
+                      keys=("method", "strong_share", "seed"))
 
 
 def mix_rows(final: pd.DataFrame, strong_share: float) -> pd.DataFrame:
@@ -211,28 +167,25 @@ def memory_table(spec: TaskSpec, plan: TierPlan, batch_size: int, momentum: floa
     """Per tier: layers trained, the memory model's peak of one step relative to a strong client, and torch's count.
 
     The measured column counts the tensors of a real step of the trained part
-    (:func:`repro.federated.tiers.measure_step_memory`); the model's column is
+    (:func:`repro.federated.tiers.count_step`); the model's column is
     :func:`repro.federated.tiers.step_memory`'s trained part.  The width
     columns give the same model for HeteroFL's and FjORD's sub-models.
     """
     model = build_model(spec, seed=0)
     layers = linear_layers(model)
-    names = [k for k, _ in model.named_parameters()]
-    x = torch.zeros(batch_size, layers[0].fan_in)
-    y = torch.zeros(batch_size, dtype=torch.long)
     slots = 1 if momentum > 0 else 0
     full = step_memory(layers, len(layers), batch_size, slots).total
     rows = []
     for tier in plan.tiers():
-        modelled = step_memory(layers, tier.trained_layers, batch_size, slots)
-        measured = measure_step_memory(model, output_side_keys(names, tier.trained_layers), x, y, momentum=momentum)
+        step = count_step(model, batch_size, momentum, trained_layers=tier.trained_layers)
+        modelled = step.modelled
         narrow = build_model(sub_spec(spec, tier.width), seed=0)
         width_mem = step_memory(linear_layers(narrow), len(layers), batch_size, slots).total
         rows.append({"tier": tier.name, "layers trained": tier.trained_layers,
                      "partial training: peak / strong": modelled.total / full,
                      "trained part, model (kB)": modelled.trained / 1e3,
-                     "trained part, torch (kB)": measured / 1e3,
-                     "model error (%)": 100.0 * (measured - modelled.trained) / modelled.trained,
+                     "trained part, torch (kB)": step.measured / 1e3,
+                     "model error (%)": 100.0 * (step.measured - modelled.trained) / modelled.trained,
                      "width": tier.width, "width reduction: peak / strong": width_mem / full})
     return pd.DataFrame(rows)
 
@@ -265,7 +218,7 @@ def accuracy_bars(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> plt.
             vals = mix_rows(final, strong)
             vals = vals[vals.method == m].budget_accuracy
             means.append(vals.mean())
-            sds.append(vals.std(ddof=1) if len(vals) > 1 else 0.0)
+            sds.append(seed_sd(vals))
         ax.bar(np.arange(len(mixes)) + (j - (len(METHODS) - 1) / 2) * width, means, width, yerr=sds,
                color=COLOURS[m], label=LABELS[m], capsize=2)
     ax.set_xticks(range(len(mixes)), [f"{s:.0%} / {m:.0%} / {1 - s - m:.0%}" for s, m in mixes])
@@ -285,9 +238,8 @@ def summary_table(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> pd.D
         sel = mix_rows(final, strong)
         for m in METHODS:
             r = sel[sel.method == m]
-            sd = r.budget_accuracy.std(ddof=1) if len(r) > 1 else 0.0
             rows.append({"strong / moderate / weak": f"{strong:.0%} / {moderate:.0%} / {1 - strong - moderate:.0%}",
-                         "method": LABELS[m], "accuracy (%)": f"{r.budget_accuracy.mean():.1f} ± {sd:.1f}",
+                         "method": LABELS[m], "accuracy (%)": mean_sd(r.budget_accuracy),
                          "communication vs all-strong": f"{np.mean([c / base[s] for s, c in zip(r.seed, r.comm)]):.2f}×",
                          "seeds": len(r)})
     return pd.DataFrame(rows)

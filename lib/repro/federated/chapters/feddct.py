@@ -1,26 +1,27 @@
 """The FedDCT chapter: a large model divided into co-trained sub-models across clusters of weak clients.
 
 :class:`DctRun` is one seeded run at one learning rate, :func:`run`
-executes it and returns a :class:`RunRecord`, :func:`sweep` runs every
-method, learning rate and seed, :func:`tuning` picks each method's best
-learning rate (:mod:`repro.federated.tuning`, the same grid for every
-method), :func:`claims` turns the tuned records into the ledger's per-seed values, :func:`memory_table`
-gives each method's per-device memory; the figures and tables are the
-chapter's own.
+executes it, :func:`sweep` runs every method, learning rate and seed,
+:func:`choices` picks each method's learning rate (:mod:`repro.federated.tuning`,
+the same grid for every method) by the final model's accuracy on training
+samples held out of every client (the task's ``validation_share``), never
+on the test set the claims read; :func:`claims` turns the tuned runs into
+the ledger's per-seed values, :func:`per_device_memory` gives each method's
+per-device memory; the figures and tables are the chapter's own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import torch
 
-from repro.federated.client import LocalSGD, make_client_app
-from repro.federated.engine import RunSummary, central_evaluator, eval_schedule, initial_arrays, run_federated
+from repro.federated.client import LocalSGD, from_arrayrecord, make_client_app
+from repro.federated.engine import History, RunSummary, central_evaluator, eval_schedule, initial_arrays
 from repro.federated.feddct import (
     FedDCT,
     build_ensemble,
@@ -29,16 +30,16 @@ from repro.federated.feddct import (
     make_feddct_client_app,
     sub_hidden,
 )
-from repro.federated.figures import accuracy_band
+from repro.federated.figures import mean_sd, tuned_accuracy_curves
 from repro.federated.regularised import make_regularised_client_app
-from repro.federated.runs import setting_sweep_tables
+from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
 from repro.federated.sfetec import SplitHierarchy, run_split_training
 from repro.federated.split import split_sequential
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec, build_model
-from repro.federated.tiers import linear_layers, measure_step_memory, step_memory
-from repro.federated.tuning import Choice, best_on_test, chosen, keep_best
-from repro.parallel import parallel_map
+from repro.federated.tiers import count_step, linear_layers, step_memory
+from repro.federated.tuning import Choice, best_settings, chosen, keep_best, model_validation_accuracy
+from repro.models import set_weights
 
 METHODS = ("fedavg_large", "fedavg_small", "fedprox_large", "splitfed_large", "clustered_large", "feddct")
 LABELS = {"fedavg_large": "FedAvg, large model", "fedavg_small": "FedAvg, one sub-model",
@@ -50,110 +51,89 @@ CUT = 2
 """SplitFed's cut: after the first linear layer and its ReLU (the client keeps ``fc0``), as the spec asks."""
 TARGET_SHARE = 0.95
 """Rounds to target count the rounds until a method reaches this share of FedAvg-large's best accuracy."""
+TUNING_METRIC = "validation_accuracy"
+"""What every method's learning rate is chosen on: the final model's accuracy on the held-out training samples."""
 
 
-@dataclass(frozen=True)
-class DctRun:
-    """One run; field names are the chapter's parameters.
+@dataclass(frozen=True, kw_only=True)
+class DctRun(FederatedRun):
+    """One run; the shared fields are :class:`~repro.federated.runs.FederatedRun`'s.
+
+    ``sgd`` is plain SGD (no momentum, as SplitFed's loop) at the run's
+    learning rate, the value the sweep tunes; ``tau`` is the local steps per
+    client and round; every client takes part in every round.
 
     Attributes
     ----------
-    method
-        One of :data:`METHODS`.
-    seed, lr
-        Run seed and the SGD learning rate (no momentum, as SplitFed's loop).
-    spec
-        The task; ``spec.hidden`` are the large model's widths.
     split_factor
         FedDCT's sub-models ``S`` (and clients per cluster).
-    steps, rounds, batch_size
-        Local steps per client and round, rounds, batch.
     mu
         FedProx's proximal weight.
     cot_final, cot_warmup
         FedDCT's co-training weight and its warm-up in rounds.
-    eval_every
-        Evaluation period.
-    progress
-        Label of a per-round progress bar (``None``: none).
-    device
-        Where the clients (and SplitFed's split loop) train: ``cpu``, ``cuda`` or ``auto``.
     """
 
-    method: str
-    seed: int
-    lr: float
-    spec: TaskSpec
     split_factor: int
-    steps: int
-    rounds: int
-    batch_size: int
     mu: float
     cot_final: float
     cot_warmup: int
-    eval_every: int
-    progress: str | None = None
-    device: str = "cpu"
+
+    methods: ClassVar[tuple[str, ...]] = METHODS
+    tuned: ClassVar[dict[str, str]] = {m: "sgd.lr" for m in METHODS}
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"parameter 'method': must be one of {METHODS}, got {self.method!r}")
+        super().__post_init__()
         if self.spec.num_clients % self.split_factor:
             raise ValueError(f"num_clients={self.spec.num_clients} must be a multiple of split_factor={self.split_factor}")
+
+    @property
+    def ensemble_size(self) -> int:
+        """Sub-models of the cluster-trained methods: ``S`` for FedDCT, 1 for the undivided ablation."""
+        return self.split_factor if self.method == "feddct" else 1
 
     def small_spec(self) -> TaskSpec:
         """The task with one sub-model's widths (``hidden / sqrt(S)``)."""
         return dataclasses.replace(self.spec, hidden=sub_hidden(self.spec.hidden, self.split_factor))
 
+    def model(self) -> torch.nn.Module:
+        """The global model this run trains (an ensemble for the cluster-trained methods), initialised from seed 0."""
+        if self.method in ("feddct", "clustered_large"):
+            return build_ensemble(self.spec, self.ensemble_size, seed=0)
+        return build_model(self.small_spec() if self.method == "fedavg_small" else self.spec, seed=0)
 
-@dataclass(frozen=True)
-class RunRecord:
-    """What one run produced.
 
-    Attributes
-    ----------
-    method, seed, lr
-        Which run.
-    accuracy, budget_accuracy
-        Final test accuracy and the mean of the last three evaluations (percent).
-    curve
-        ``(round, accuracy)`` at every evaluation.
+def run(job: DctRun) -> dict[str, Any]:
+    """Run ``job``: SplitFed in the split loop, every other method on Flower's in-process engine.
+
+    Returns
+    -------
+    dict
+        :func:`repro.federated.runs.summary_record`'s fields and ``validation_accuracy``
+        (:func:`repro.federated.tuning.model_validation_accuracy` of the final model).
     """
-
-    method: str
-    seed: int
-    lr: float
-    accuracy: float
-    budget_accuracy: float
-    curve: tuple[tuple[int, float], ...]
-
-
-def run(job: DctRun) -> RunRecord:
-    """Run ``job``: SplitFed in the split loop, every other method on Flower's in-process engine; all clients every round."""
-    sched = eval_schedule(job.rounds, job.eval_every)
-    n, local = job.spec.num_clients, LocalSGD(job.batch_size, job.lr, 0.0).config(job.steps)
-    cfg = {"seed": job.seed, "device": job.device}
+    n, local, cfg = job.spec.num_clients, job.local, job.run_config
     if job.method == "splitfed_large":
-        split = run_split_training(job.spec, CUT, SplitHierarchy.splitfed(n), job.rounds, job.steps, job.batch_size,
-                                   job.lr, job.seed, sched, device=job.device)
-        acc = split.accuracy
-        return RunRecord(job.method, job.seed, job.lr, acc[-1], float(np.mean(acc[-3:])), tuple(zip(split.rounds, acc)))
-    if job.method in ("feddct", "clustered_large"):
-        s = job.split_factor if job.method == "feddct" else 1
-        strategy: SeededFedAvg = FedDCT(n, local, s, seed=job.seed, cot_final=job.cot_final, cot_warmup=job.cot_warmup,
-                                        cluster_size=job.split_factor)
-        app, init, evaluator = (make_feddct_client_app(job.spec, s, cfg), ensemble_arrays(job.spec, s, job.seed),
-                                ensemble_evaluator(job.spec, s))
+        split = run_split_training(job.spec, CUT, SplitHierarchy.splitfed(n), job.rounds, job.tau, job.sgd.batch_size,
+                                   job.sgd.lr, job.seed, eval_schedule(job.rounds, job.eval_every), device=job.device)
+        hist, final = History(rounds=split.rounds, accuracy=split.accuracy), split.final
     else:
-        spec = job.small_spec() if job.method == "fedavg_small" else job.spec
-        if job.method == "fedprox_large":
-            strategy, app = SeededFedProx(n, local, seed=job.seed, mu=job.mu), make_regularised_client_app(spec, cfg)
+        if job.method in ("feddct", "clustered_large"):
+            s = job.ensemble_size
+            strategy: SeededFedAvg = FedDCT(n, local, s, seed=job.seed, cot_final=job.cot_final,
+                                            cot_warmup=job.cot_warmup, cluster_size=job.split_factor)
+            hist = job.simulate(strategy, make_feddct_client_app(job.spec, s, cfg), ensemble_arrays(job.spec, s, job.seed),
+                                ensemble_evaluator(job.spec, s))
+        elif job.method == "fedprox_large":
+            hist = job.simulate(SeededFedProx(n, local, seed=job.seed, mu=job.mu), make_regularised_client_app(job.spec, cfg))
         else:
-            strategy, app = SeededFedAvg(n, local, seed=job.seed), make_client_app(spec, cfg)
-        init, evaluator = initial_arrays(spec, job.seed), central_evaluator(spec)
-    hist = run_federated(strategy, app, n, init, job.rounds, evaluator, sched, progress=job.progress)
-    s = RunSummary.of(hist)
-    return RunRecord(job.method, job.seed, job.lr, s.accuracy, s.budget_accuracy, s.curve)
+            spec = job.small_spec() if job.method == "fedavg_small" else job.spec
+            hist = job.simulate(SeededFedAvg(n, local, seed=job.seed), make_client_app(spec, cfg),
+                                initial_arrays(spec, job.seed), central_evaluator(spec))
+        assert hist.final_arrays is not None
+        final = from_arrayrecord(hist.final_arrays)
+    model = job.model()
+    set_weights(model, final)
+    return summary_record(job, RunSummary.of(hist), validation_accuracy=model_validation_accuracy(job.spec, model))
 
 
 def sweep(spec: TaskSpec, split_factor: int, steps: int, rounds: int, batch_size: int, lrs: list[float], mu: float,
@@ -164,20 +144,23 @@ def sweep(spec: TaskSpec, split_factor: int, steps: int, rounds: int, batch_size
     Returns
     -------
     final : DataFrame
-        One row per run: ``method, seed, setting, accuracy, budget_accuracy`` (``setting`` is the learning
-        rate, the tuned value :mod:`repro.federated.tuning` reads).
+        One row per run: ``method, setting, seed, accuracy, budget_accuracy, validation_accuracy``
+        (``setting`` is the learning rate, the tuned value :mod:`repro.federated.tuning` reads).
     curves : DataFrame
-        ``method, seed, setting, round, accuracy``.
+        ``method, setting, seed, round, accuracy``.
     """
-    jobs = [DctRun(m, s, lr, spec, split_factor, steps, rounds, batch_size, mu, cot_final, cot_warmup, eval_every,
-                   progress=None if workers > 1 else f"{m} lr={lr} seed={s}", device=device)
+    jobs = [DctRun(m, spec, LocalSGD(batch_size, lr, 0.0), steps, rounds, s, eval_every=eval_every, device=device,
+                   progress=None if workers > 1 else f"{m} lr={lr} seed={s}", split_factor=split_factor, mu=mu,
+                   cot_final=cot_final, cot_warmup=cot_warmup)
             for s in seeds for lr in lrs for m in METHODS]
-    return setting_sweep_tables(parallel_map(run, jobs, workers))
+    done = execute(run, jobs, workers, desc="FedDCT comparison")
+    return run_tables(done, ("method", "setting", "seed", "accuracy", "budget_accuracy", TUNING_METRIC),
+                      keys=("method", "setting", "seed"))
 
 
-tuning = best_on_test
-"""Each method's learning rate with the best mean accuracy at the budget over seeds (the split leaves no
-training sample unused to validate on, so it reads the test accuracy the claims compare, for every method alike)."""
+def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
+    """Each method's learning rate with the best mean validation accuracy over seeds (one grid for all)."""
+    return best_settings(final, TUNING_METRIC)
 
 
 def rounds_to_target(curves: pd.DataFrame, rounds: int, eval_every: int) -> pd.DataFrame:
@@ -198,36 +181,33 @@ def rounds_to_target(curves: pd.DataFrame, rounds: int, eval_every: int) -> pd.D
 def per_device_memory(spec: TaskSpec, split_factor: int, batch_size: int) -> pd.DataFrame:
     """Peak bytes of one local SGD step on one device (plain SGD), per method, modelled and counted by torch.
 
-    The large model and one sub-model are counted whole; SplitFed's client
-    holds only the layers before the cut.  The modelled column is
-    :func:`repro.federated.tiers.step_memory`; the measured column counts the
-    tensors of a real step (:func:`repro.federated.tiers.measure_step_memory`),
-    left empty for SplitFed's client, whose step ends at the cut (torch's
-    count would add a loss on the cut activations that the server computes).
+    The large model and one sub-model are counted whole
+    (:func:`repro.federated.tiers.count_step`); SplitFed's client holds only
+    the layers before the cut, and only the model counts it: its step ends at
+    the cut, and torch's count would add a loss on the cut activations that
+    the server computes.
     """
     large = build_model(spec, seed=0)
     sub = build_ensemble(spec, split_factor, seed=0).members[0]
     base, _ = split_sequential(large, CUT)
-    x = torch.zeros(batch_size, linear_layers(large)[0].fan_in)
-    y = torch.zeros(batch_size, dtype=torch.long)
-    devices = {"large model (FedAvg, FedProx)": large, f"one of {split_factor} sub-models (FedDCT, FedAvg small)": sub,
-               "SplitFed client (layers before the cut)": base}
     rows = []
-    for name, model in devices.items():
-        layers = linear_layers(model)
-        modelled = step_memory(layers, len(layers), batch_size, optimizer_slots=0).trained
-        measured = (measure_step_memory(model, [k for k, _ in model.named_parameters()], x, y, momentum=0.0)
-                    if model is not base else float("nan"))
-        rows.append({"device": name, "parameters": sum(lay.parameters for lay in layers),
-                     "step memory, model (kB)": modelled / 1e3, "step memory, torch (kB)": measured / 1e3})
+    for name, model in {"large model (FedAvg, FedProx)": large,
+                        f"one of {split_factor} sub-models (FedDCT, FedAvg small)": sub}.items():
+        step = count_step(model, batch_size, momentum=0.0)
+        rows.append({"device": name, "parameters": step.parameters, "step memory, model (kB)": step.modelled.trained / 1e3,
+                     "step memory, torch (kB)": step.measured / 1e3})
+    layers = linear_layers(base)
+    rows.append({"device": "SplitFed client (layers before the cut)", "parameters": sum(lay.parameters for lay in layers),
+                 "step memory, model (kB)": step_memory(layers, len(layers), batch_size, optimizer_slots=0).trained / 1e3,
+                 "step memory, torch (kB)": float("nan")})
     table = pd.DataFrame(rows)
     return table.assign(**{"large / device": table["step memory, model (kB)"].iloc[0] / table["step memory, model (kB)"]})
 
 
 def claims(final: pd.DataFrame, curves: pd.DataFrame, memory: pd.DataFrame, rounds: int,
            eval_every: int) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims, every method at its own best learning rate."""
-    best = tuning(final)
+    """Per-seed values of the chapter's claims, every method at the learning rate chosen on validation."""
+    best = choices(final)
     sel, cur = keep_best(final, best), keep_best(curves, best)
     acc = {m: sel[sel.method == m].set_index("seed").budget_accuracy for m in METHODS}
     seeds = sorted(acc["feddct"].index)
@@ -248,14 +228,8 @@ def claims(final: pd.DataFrame, curves: pd.DataFrame, memory: pd.DataFrame, roun
 # ----- figures and tables ----------------------------------------------------------------------
 def accuracy_curves(curves: pd.DataFrame, best: tuple[Choice, ...]) -> plt.Figure:
     """Test accuracy against rounds per method at its chosen learning rate (mean over seeds, band min to max)."""
-    fig, ax = plt.subplots(figsize=(7.4, 4.0))
-    sel, lr = keep_best(curves, best), chosen(best)
-    for m in METHODS:
-        accuracy_band(ax, sel[sel.method == m], None, COLOURS[m], f"{LABELS[m]} (lr {lr[m]:g})")
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy (%)")
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
+    fig = tuned_accuracy_curves(curves, best, METHODS, LABELS, COLOURS, figsize=(7.4, 4.0))
+    fig.axes[0].legend(fontsize=8, loc="lower right")
     return fig
 
 
@@ -286,16 +260,15 @@ def memory_accuracy(final: pd.DataFrame, memory: pd.DataFrame, best: tuple[Choic
 
 
 def summary_table(final: pd.DataFrame, curves: pd.DataFrame, rounds: int, eval_every: int) -> pd.DataFrame:
-    """Per method: chosen learning rate, accuracy (mean ± sd), rounds to the target (how many seeds reached it)."""
-    best = tuning(final)
+    """Per method: learning rate chosen on validation, test accuracy (mean ± sd), rounds to the target (seeds reaching it)."""
+    best = choices(final)
     sel, lr = keep_best(final, best), chosen(best)
     hit = rounds_to_target(keep_best(curves, best), rounds, eval_every)
     rows = []
     for m in METHODS:
         r, h = sel[sel.method == m], hit[hit.method == m]
-        sd = r.budget_accuracy.std(ddof=1) if len(r) > 1 else 0.0
-        rows.append({"method": LABELS[m], "lr (tuned)": f"{lr[m]:g}",
-                     "accuracy (%)": f"{r.budget_accuracy.mean():.1f} ± {sd:.1f}",
+        rows.append({"method": LABELS[m], "lr (chosen on validation)": f"{lr[m]:g}",
+                     "test accuracy (%)": mean_sd(r.budget_accuracy),
                      f"rounds to {TARGET_SHARE:.0%} of FedAvg-large's best": f"{h['rounds'].mean():.0f}",
                      "seeds reaching it": f"{int(h.reached.sum())} / {len(h)}"})
     return pd.DataFrame(rows)

@@ -26,7 +26,7 @@ from repro.federated.client import client_app_with, from_arrayrecord, train_shar
 from repro.federated.engine import eval_schedule, initial_arrays, run_federated
 from repro.federated.feature_shift import ImageShift, draw_shifts
 from repro.federated.fedrep import FedRep, make_fedrep_client_app
-from repro.federated.figures import accuracy_band
+from repro.federated.figures import accuracy_curves
 from repro.federated.hypernetwork import (
     HyperSpec,
     build_hypernet,
@@ -136,18 +136,12 @@ def sealed(fed: Federation, client: int) -> tuple[UnseenClientData, UnseenClient
 
 
 @dataclass(frozen=True)
-class PersonalRun:
-    """One training run on the seen clients; field names follow the chapter's parameters.
+class Schedule:
+    """What every run of a sweep shares besides the method, seed and learning rate.
 
     Attributes
     ----------
-    method
-        One of :data:`TRAINED`.
-    seed
-        Run seed (model init, sampling, mini-batches).
-    fed
-        The federation.
-    lr, momentum, batch_size, steps, head_steps
+    momentum, batch_size, steps, head_steps
         Local SGD (FedRep fits its head for ``head_steps`` steps before the body's ``steps``).
     rounds, active_clients, eval_every
         Rounds, seen clients sampled per round, evaluation period.
@@ -157,10 +151,6 @@ class PersonalRun:
         Where the clients train (``cpu``, ``cuda`` or ``auto``).
     """
 
-    method: str
-    seed: int
-    fed: Federation
-    lr: float
     momentum: float
     batch_size: int
     steps: int
@@ -171,6 +161,35 @@ class PersonalRun:
     descriptor: int
     hyper_hidden: int
     device: str = "cpu"
+
+    def job(self, method: str, seed: int, fed: Federation, lr: float) -> PersonalRun:
+        """One :class:`PersonalRun` with this schedule."""
+        return PersonalRun(method, seed, fed, lr, self)
+
+
+@dataclass(frozen=True)
+class PersonalRun:
+    """One training run on the seen clients.
+
+    Attributes
+    ----------
+    method
+        One of :data:`TRAINED`.
+    seed
+        Run seed (model init, sampling, mini-batches).
+    fed
+        The federation.
+    lr
+        Clients' learning rate (the tuned hyper-parameter).
+    schedule
+        Everything else the run shares with the other runs of its sweep.
+    """
+
+    method: str
+    seed: int
+    fed: Federation
+    lr: float
+    schedule: Schedule
 
     def __post_init__(self) -> None:
         if self.method not in TRAINED:
@@ -267,26 +286,26 @@ def hyper_predictor(spec: HyperSpec, weights: dict[str, np.ndarray]):
 # ----- runs ------------------------------------------------------------------------------
 def run(job: PersonalRun) -> list[RunRecord]:
     """Train ``job`` on the seen clients (in-process Flower engine) and score its method(s) on every client."""
-    fed = job.fed
+    fed, plan = job.fed, job.schedule
     seen, _ = fed.split()
     sets = client_sets(fed)
 
     def data(_spec: TaskSpec, pid: int) -> tuple[np.ndarray, np.ndarray]:
         return sets[seen[pid]].x, sets[seen[pid]].y
 
-    local = {"steps": job.steps, "lr": job.lr, "momentum": job.momentum, "batch-size": job.batch_size}
-    cfg = {"seed": job.seed, "device": job.device}
-    hyper = fed.hyper_spec(job.descriptor, job.hyper_hidden)
+    local = {"steps": plan.steps, "lr": job.lr, "momentum": plan.momentum, "batch-size": plan.batch_size}
+    cfg = {"seed": job.seed, "device": plan.device}
+    hyper = fed.hyper_spec(plan.descriptor, plan.hyper_hidden)
     if job.method == "hypernet":
-        strategy = SeededFedAvg(job.active_clients, local, seed=job.seed)
+        strategy = SeededFedAvg(plan.active_clients, local, seed=job.seed)
         app = make_hyper_client_app(hyper, lambda pid: data(fed.spec, pid), cfg)
         initial = hyper_initial(hyper, job.seed)
     elif job.method == "fedrep":
-        strategy = FedRep(job.active_clients, {**local, "head-steps": job.head_steps}, seed=job.seed)
+        strategy = FedRep(plan.active_clients, {**local, "head-steps": plan.head_steps}, seed=job.seed)
         app = make_fedrep_client_app(fed.spec, data, cfg)
         initial = initial_arrays(fed.spec, job.seed)
     else:
-        strategy = SeededFedAvg(job.active_clients, local, seed=job.seed)
+        strategy = SeededFedAvg(plan.active_clients, local, seed=job.seed)
         app = client_app_with(lambda msg, context: train_shared(fed.spec, msg, context, data), cfg)
         initial = initial_arrays(fed.spec, job.seed)
 
@@ -304,8 +323,8 @@ def run(job: PersonalRun) -> list[RunRecord]:
         rows = score_clients(fed, next(iter(predictors(weights).values())))
         return {"accuracy": float(np.mean([a for _, s, a in rows if s])), "loss": float("nan")}
 
-    hist = run_federated(strategy, app, len(seen), initial, job.rounds, seen_mean,
-                         [r for r in eval_schedule(job.rounds, job.eval_every) if r > 0])
+    hist = run_federated(strategy, app, len(seen), initial, plan.rounds, seen_mean,
+                         [r for r in eval_schedule(plan.rounds, plan.eval_every) if r > 0])
     weights = from_arrayrecord(hist.final_arrays)
     out = []
     for method, predict in predictors(weights).items():
@@ -314,28 +333,6 @@ def run(job: PersonalRun) -> list[RunRecord]:
                              float(np.mean([a for _, s, a in rows if not s])), rows,
                              tuple(zip(hist.rounds, hist.accuracy)) if method != "fedavg_em" else ()))
     return out
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """What every run of a sweep shares besides the method, seed and learning rate."""
-
-    momentum: float
-    batch_size: int
-    steps: int
-    head_steps: int
-    rounds: int
-    active_clients: int
-    eval_every: int
-    descriptor: int
-    hyper_hidden: int
-    device: str = "cpu"
-
-    def job(self, method: str, seed: int, fed: Federation, lr: float) -> PersonalRun:
-        """One :class:`PersonalRun` with this schedule."""
-        return PersonalRun(method, seed, fed, lr, self.momentum, self.batch_size, self.steps, self.head_steps,
-                           self.rounds, self.active_clients, self.eval_every, self.descriptor, self.hyper_hidden,
-                           self.device)
 
 
 def _flatten(done: list[list[RunRecord]]) -> list[RunRecord]:
@@ -436,14 +433,7 @@ def unseen_scatter(clients: pd.DataFrame, fed: Federation) -> plt.Figure:
 
 def seen_curves(curves: pd.DataFrame) -> plt.Figure:
     """Mean seen-client accuracy against rounds per trained method (mean over seeds, band min to max)."""
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    for m in TRAINED:
-        accuracy_band(ax, curves[curves.method == m], None, COLOURS[m], LABELS[m])
-    ax.set_xlabel("round")
-    ax.set_ylabel("mean seen-client accuracy (%)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return accuracy_curves(curves, "method", TRAINED, LABELS, COLOURS, "mean seen-client accuracy (%)")
 
 
 def summary_table(final: pd.DataFrame, tuned: dict[str, float]) -> pd.DataFrame:
