@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
+from repro.federated.tuning import Choice, chosen, keep_best
+
 
 def label_histogram_figure(histogram: np.ndarray, title: str, boundaries: Sequence[int] = (),
                            height: float = 2.6) -> plt.Figure:
@@ -115,4 +117,59 @@ def method_table(final: pd.DataFrame) -> pd.DataFrame:
         if "ari" in final and final.ari.notna().any():
             row["ARI vs planted"] = f"{g.ari.mean():.2f}" if g.ari.notna().any() else "–"
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def seed_sd(values: pd.Series) -> float:
+    """Sample standard deviation over seeds (0 for a single seed)."""
+    return float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def mean_sd(values: pd.Series) -> str:
+    """``"mean ± sd"`` over seeds, one decimal (:func:`seed_sd`)."""
+    return f"{values.mean():.1f} ± {seed_sd(values):.1f}"
+
+
+def tuned_accuracy_curves(curves: pd.DataFrame, best: Sequence[Choice], methods: Sequence[str], labels: dict[str, str],
+                          colours: dict[str, str], xlabel: str = "round",
+                          figsize: tuple[float, float] = (7.4, 4.0)) -> plt.Figure:
+    """Test accuracy against rounds per method at its chosen setting (mean over seeds, band min to max).
+
+    Parameters
+    ----------
+    curves
+        ``method, setting, seed, round, accuracy`` of every run of a sweep.
+    best
+        The choices of :func:`repro.federated.tuning.best_settings`; every method is tuned.
+    methods, labels, colours
+        The methods in legend order, their labels and colours.
+    xlabel, figsize
+        The x-axis label and the figure size; the caller places the legend.
+    """
+    fig, ax = plt.subplots(figsize=figsize)
+    sel, value = keep_best(curves, best), chosen(best)
+    for m in methods:
+        accuracy_band(ax, sel[sel.method == m], None, colours[m], f"{labels[m]} (lr {value[m]:g})")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test accuracy (%)")
+    fig.tight_layout()
+    return fig
+
+
+def tuning_table(final: pd.DataFrame, best: Sequence[Choice], labels: dict[str, str],
+                 metric: str = "validation_accuracy") -> pd.DataFrame:
+    """Per tuned method: mean ``metric`` and test accuracy over seeds at every grid value, and the values chosen.
+
+    The value chosen on ``metric`` is the one the claims use; the value the
+    test accuracy at the budget would have chosen is shown beside it, so a
+    reader sees where tuning on the test set would have differed.
+    """
+    order = list(labels)
+    rows = []
+    for c in sorted(best, key=lambda c: order.index(c.method) if c.method in order else len(order)):
+        g = final[final.method == c.method].groupby("setting")[[metric, "budget_accuracy"]].mean()
+        rows.append({"method": labels.get(c.method, c.method),
+                     "validation accuracy per value (%)": ", ".join(f"{v:g}: {a:.1f}" for v, a in g[metric].items()),
+                     "test accuracy per value (%)": ", ".join(f"{v:g}: {a:.1f}" for v, a in g.budget_accuracy.items()),
+                     "chosen on validation": f"{c.value:g}", "best on test": f"{g.budget_accuracy.idxmax():g}"})
     return pd.DataFrame(rows)
