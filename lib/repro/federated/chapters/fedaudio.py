@@ -23,7 +23,7 @@ from repro.federated.audio import KEYWORD_CLASSES
 from repro.federated.client import from_arrayrecord
 from repro.federated.engine import History, RunSummary, eval_schedule, run_federated
 from repro.federated.fedopt import SERVER_OPTIMISERS
-from repro.federated.figures import accuracy_band
+from repro.federated.figures import accuracy_curves
 from repro.federated.keywords import (
     FRAMES,
     N_MELS,
@@ -45,6 +45,31 @@ SPLITS = ("test", "validation")
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """What every run of a sweep shares: local training, rounds, sampling, evaluation, and the clients' device.
+
+    Attributes
+    ----------
+    steps, batch_size, rounds, active_clients, eval_every
+        Local steps per round, batch size, rounds, clients sampled per round, evaluation period.
+    device
+        Where the clients train (``cpu``, ``cuda`` or ``auto``).
+    """
+
+    steps: int
+    batch_size: int
+    rounds: int
+    active_clients: int
+    eval_every: int
+    device: str = "cpu"
+
+    def job(self, aggregator: str, condition: str, level: float, seed: int, task: KeywordTask, lr: float,
+            server_lr: float, progress: str | None = None, scored_on: str = "test") -> AudioRun:
+        """One :class:`AudioRun` with this schedule."""
+        return AudioRun(aggregator, condition, level, seed, task, lr, server_lr, self, progress, scored_on)
+
+
+@dataclass(frozen=True)
 class AudioRun:
     """One run; field names follow the chapter's parameters.
 
@@ -60,12 +85,10 @@ class AudioRun:
         The clean federation; the condition is applied by :meth:`recorded_task`.
     lr, server_lr
         Clients' learning rate; the server optimiser's (ignored by FedAvg).
-    steps, batch_size, rounds, active_clients, eval_every
-        Local steps per round, batch size, rounds, clients sampled per round, evaluation period.
+    schedule
+        Local training, rounds, sampling, evaluation period and device, shared by the sweep's runs.
     progress
         Label of a progress bar (``None``: none).
-    device
-        Where the clients train (``cpu``, ``cuda`` or ``auto``).
     scored_on
         The split the run's evaluations read: ``test`` (reported runs) or ``validation`` (tuning runs).
     """
@@ -77,13 +100,8 @@ class AudioRun:
     task: KeywordTask
     lr: float
     server_lr: float
-    steps: int
-    batch_size: int
-    rounds: int
-    active_clients: int
-    eval_every: int
+    schedule: Schedule
     progress: str | None = None
-    device: str = "cpu"
     scored_on: str = "test"
 
     def __post_init__(self) -> None:
@@ -133,40 +151,23 @@ def diverged(history: History) -> bool:
 
 def build_strategy(job: AudioRun) -> SeededFedAvg:
     """FedAvg, or one of Flower's FedOpt strategies with the job's server learning rate (seeded sampling)."""
-    local = {"steps": job.steps, "lr": job.lr, "momentum": 0.0, "batch-size": job.batch_size}
+    plan = job.schedule
+    local = {"steps": plan.steps, "lr": job.lr, "momentum": 0.0, "batch-size": plan.batch_size}
     if job.aggregator == "fedavg":
-        return SeededFedAvg(job.active_clients, local, seed=job.seed)
-    return SERVER_OPTIMISERS[job.aggregator](job.active_clients, local, seed=job.seed, eta=job.server_lr)
+        return SeededFedAvg(plan.active_clients, local, seed=job.seed)
+    return SERVER_OPTIMISERS[job.aggregator](plan.active_clients, local, seed=job.seed, eta=job.server_lr)
 
 
 def run(job: AudioRun) -> RunRecord:
     """Run ``job`` on the in-process Flower engine, evaluating on its ``scored_on`` split."""
-    task = job.recorded_task()
-    app = make_keyword_client_app(task, {"seed": job.seed, "device": job.device})
+    task, plan = job.recorded_task(), job.schedule
+    app = make_keyword_client_app(task, {"seed": job.seed, "device": plan.device})
     hist = run_federated(build_strategy(job), app, task.num_speakers,
-                         keyword_initial(job.seed), job.rounds, keyword_evaluator(task, job.scored_on),
-                         eval_schedule(job.rounds, job.eval_every), progress=job.progress)
+                         keyword_initial(job.seed), plan.rounds, keyword_evaluator(task, job.scored_on),
+                         eval_schedule(plan.rounds, plan.eval_every), progress=job.progress)
     s = RunSummary.of(hist)
     return RunRecord(job.aggregator, job.condition, job.level, job.seed, job.lr, job.server_lr, s.accuracy,
                      s.budget_accuracy, s.curve, diverged(hist))
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """What every run of a sweep shares: local training, rounds, sampling, evaluation, and the clients' device."""
-
-    steps: int
-    batch_size: int
-    rounds: int
-    active_clients: int
-    eval_every: int
-    device: str = "cpu"
-
-    def job(self, aggregator: str, condition: str, level: float, seed: int, task: KeywordTask, lr: float,
-            server_lr: float, progress: str | None = None, scored_on: str = "test") -> AudioRun:
-        """One :class:`AudioRun` with this schedule."""
-        return AudioRun(aggregator, condition, level, seed, task, lr, server_lr, self.steps, self.batch_size,
-                        self.rounds, self.active_clients, self.eval_every, progress, self.device, scored_on)
 
 
 @dataclass(frozen=True)
@@ -321,15 +322,8 @@ def noise_figure(final: pd.DataFrame) -> plt.Figure:
 
 def clean_curves(curves: pd.DataFrame) -> plt.Figure:
     """Test accuracy against rounds of each tuned aggregator on clean data (mean over seeds, band min to max)."""
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    sel = curves[curves.condition == "clean"]
-    for a in AGGREGATORS:
-        accuracy_band(ax, sel[sel.aggregator == a], None, COLOURS[a], LABELS[a])
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy (%)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return accuracy_curves(curves[curves.condition == "clean"], "aggregator", AGGREGATORS, LABELS, COLOURS,
+                           "test accuracy (%)")
 
 
 def clean_table(final: pd.DataFrame, tuned: dict[str, Tuned]) -> pd.DataFrame:
