@@ -284,8 +284,12 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
                     cwd=str(root), progress_bar=False, log_output=log_output,
                     kernel_manager_class=LocalKernelManager,
                 )
+        except KeyboardInterrupt:
+            _quiet_abandoned_tasks()
+            raise
         except Exception as exc:  # papermill raises PapermillExecutionError and others
             if interrupted.is_set():  # Ctrl-C reached the kernel too, which then "died"
+                _quiet_abandoned_tasks()
                 raise KeyboardInterrupt from None
             failed = failed_notebook(ch.id, p.profile)
             if staged_nb.is_file():
@@ -374,6 +378,18 @@ def _engine_logs_to(path: Path, keep: bool) -> Iterator[None]:
         for logger, handlers, propagate in saved:
             logger.handlers, logger.propagate = handlers, propagate
         handler.close()
+
+
+def _quiet_abandoned_tasks() -> None:
+    """After a Ctrl-C, keep asyncio from printing the kernel client's abandoned tasks as tracebacks at exit.
+
+    nbclient watches the kernel from asyncio tasks; when Ctrl-C stops the run,
+    a task whose kernel died with it ends with ``DeadKernelError`` and nobody
+    awaits it, so asyncio would log "Task exception was never retrieved" with a
+    traceback when the process exits, after the one-line message.  The run is
+    over and reported, so that logger is silenced for the rest of the process.
+    """
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
 
 @contextlib.contextmanager
