@@ -85,11 +85,10 @@ def pretrained(seed: int, epochs: int) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-@dataclass(frozen=True)
-class FtSetup:
-    """Fine-tuning settings shared by every run."""
+@dataclass(frozen=True, kw_only=True)
+class FtSettings:
+    """Fine-tuning settings every run of either arm has."""
 
-    pretrain_epochs: int
     steps: int
     batch_size: int
     lr_full: float
@@ -98,12 +97,23 @@ class FtSetup:
     lora_rank: int
     device: str = "cpu"
 
+    def lr(self, method: str) -> float:
+        """The learning rate of ``method``: ``lr_full`` for full fine-tuning, ``lr_sparse`` otherwise."""
+        return self.lr_full if method == "full FT" else self.lr_sparse
+
+
+@dataclass(frozen=True, kw_only=True)
+class FtSetup(FtSettings):
+    """Settings of the digits arm: the shared ones plus the MLP's pre-training length."""
+
+    pretrain_epochs: int
+
 
 @dataclass(frozen=True)
 class FtJob:
-    """One method at one budget on one seed."""
+    """One method at one budget on one seed (of either arm: ``setup`` is a :class:`FtSetup` or a :class:`TextSetup`)."""
 
-    setup: FtSetup
+    setup: FtSettings
     method: str
     budget_percent: float
     seed: int
@@ -141,15 +151,16 @@ def _accuracy(model: nn.Module, split: Split, chunk: int = 256) -> float:
     return 100.0 * hits / len(split.y_test)
 
 
-def _adapt(model: nn.Module, head: str, task: Split, method: str, budget_percent: float, seed: int, *, steps: int,
-           batch_size: int, lr: float, calibration_batches: int, lora_rank: int, device: str) -> FtResult:
-    """Fine-tune ``model`` on ``task`` by ``method`` and measure it; every module but ``head`` is the body.
+def _adapt(model: nn.Module, head: str, task: Split, job: FtJob) -> FtResult:
+    """Fine-tune ``model`` on ``task`` as ``job`` says and measure it; every module but ``head`` is the body.
 
     Scores, masks and the changes are computed on the CPU; the fine-tuning steps run on ``device``.
     The global torch seed is set from ``seed`` first, so LoRA's adapter initialisation and dropout do
     not depend on which jobs ran before in the same process.
     """
-    dev = resolve_device(device)
+    method, budget_percent, seed, s = job.method, job.budget_percent, job.seed, job.setup
+    steps, batch_size, lr = s.steps, s.batch_size, s.lr(method)
+    dev = resolve_device(s.device)
     torch.manual_seed(seed)
     w0 = {n: p.detach().clone() for n, p in model.named_parameters()}
     body = {n: p for n, p in model.named_parameters() if not n.startswith(head + ".")}
@@ -159,14 +170,14 @@ def _adapt(model: nn.Module, head: str, task: Split, method: str, budget_percent
     masks: dict[str, torch.Tensor] = {}
     if method in SPARSE:
         calib = [(task.x_train[i], task.y_train[i]) for i in
-                 torch.randperm(len(task.x_train), generator=gen)[: calibration_batches * batch_size].split(batch_size)]
+                 torch.randperm(len(task.x_train), generator=gen)[: s.calibration_batches * batch_size].split(batch_size)]
         kind, alloc = SPARSE[method]
         grads = accumulate_gradients(model, loss_fn, calib, list(body)) if kind in ("ratio", "grad") else {}
         masks = build_masks(body, grads, kind, alloc, budget, seed=seed)
         GradientMask(model.to(dev), masks)
     elif method == "LoRA":
         linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n != head]
-        model = lora_model(model, lora_rank, linears, [head])
+        model = lora_model(model, s.lora_rank, linears, [head])
     elif method == "BitFit":
         bitfit(model, [head])
     elif method != "full FT":
@@ -213,9 +224,7 @@ def fine_tune(job: FtJob) -> FtResult:
     _, task = digits_tasks(job.seed)
     model = mlp(64, (512, 512, 256), 10)
     model.load_state_dict(pretrained(job.seed, s.pretrain_epochs))
-    return _adapt(model, HEAD, task, job.method, job.budget_percent, job.seed, steps=s.steps, batch_size=s.batch_size,
-                  lr=s.lr_full if job.method == "full FT" else s.lr_sparse, calibration_batches=s.calibration_batches,
-                  lora_rank=s.lora_rank, device=s.device)
+    return _adapt(model, HEAD, task, job)
 
 
 def sweep(setup: FtSetup, budgets: list[float], methods: list[str], seeds: list[int], workers: int = 1) -> list[FtResult]:
@@ -228,29 +237,15 @@ def sweep(setup: FtSetup, budgets: list[float], methods: list[str], seeds: list[
     return parallel_map(fine_tune, jobs, workers=workers, desc="gem runs")
 
 
-@dataclass(frozen=True)
-class TextSetup:
-    """Settings of the MiniLM arm (generated sentences, see :mod:`repro.training.minilm_text`)."""
+@dataclass(frozen=True, kw_only=True)
+class TextSetup(FtSettings):
+    """Settings of the MiniLM arm: the shared ones plus the task's size and the sentences' token length.
 
-    steps: int
-    batch_size: int
-    lr_full: float
-    lr_sparse: float
-    calibration_batches: int
-    lora_rank: int
+    The sentences are generated (see :mod:`repro.training.minilm_text`).
+    """
+
     sentences: int
     max_tokens: int
-    device: str = "cpu"
-
-
-@dataclass(frozen=True)
-class TextJob:
-    """One method at one budget on one seed of the MiniLM arm."""
-
-    setup: TextSetup
-    method: str
-    budget_percent: float
-    seed: int
 
 
 def text_task(setup: TextSetup, seed: int, tokenizer) -> Split:
@@ -260,18 +255,15 @@ def text_task(setup: TextSetup, seed: int, tokenizer) -> Split:
                  encode(tokenizer, test.texts, setup.max_tokens), torch.from_numpy(test.labels))
 
 
-def text_fine_tune(job: TextJob) -> FtResult:
+def text_fine_tune(job: FtJob) -> FtResult:
     """Fine-tune MiniLM (head initialised from the seed) on the generated sentences by one method."""
-    s = job.setup
     tokenizer, model = minilm_classifier(N_CLASSES, job.seed)
-    return _adapt(model, "head", text_task(s, job.seed, tokenizer), job.method, job.budget_percent, job.seed,
-                  steps=s.steps, batch_size=s.batch_size, lr=s.lr_full if job.method == "full FT" else s.lr_sparse,
-                  calibration_batches=s.calibration_batches, lora_rank=s.lora_rank, device=s.device)
+    return _adapt(model, "head", text_task(job.setup, job.seed, tokenizer), job)
 
 
 def text_sweep(setup: TextSetup, budget: float, methods: list[str], seeds: list[int], workers: int = 1) -> list[FtResult]:
     """Every method on every seed of the MiniLM arm, sparse methods at ``budget`` percent of the encoder."""
-    jobs = [TextJob(setup, m, budget, seed) for seed in seeds for m in methods]
+    jobs = [FtJob(setup, m, budget, seed) for seed in seeds for m in methods]
     return parallel_map(text_fine_tune, jobs, workers=workers, desc="gem MiniLM runs")
 
 
