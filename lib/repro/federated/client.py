@@ -280,8 +280,15 @@ def from_array(array: Array) -> np.ndarray:
 
 
 def to_arrayrecord(weights: dict[str, np.ndarray]) -> ArrayRecord:
-    """Numpy weights to a Flower ``ArrayRecord`` (key order kept; bytes as Flower's own ``Array(ndarray)``)."""
-    return ArrayRecord({k: to_array(v) for k, v in weights.items()})
+    """Numpy weights to a Flower ``ArrayRecord`` (key order kept; bytes as Flower's own ``Array(ndarray)``).
+
+    The arrays are set item by item: ``ArrayRecord(dict_of_arrays)`` would
+    copy every ``Array`` it is given.
+    """
+    record = ArrayRecord()
+    for k, v in weights.items():
+        record[k] = to_array(v)
+    return record
 
 
 def from_arrayrecord(record: ArrayRecord) -> dict[str, np.ndarray]:
