@@ -9,12 +9,18 @@
    flows at once, the paper profiles' costliest SimGrid point) is left out: SimGrid's flow solver took
    18 minutes for it (measured once, under load), which would dominate `make bench`.
 3. The endpoint model at 16384 ranks: pattern, round tables and times of five kernels.
+4. The async-io loader's double buffering: one epoch with 30 ms per read and 20 ms of compute per
+   batch (two batches per block), read synchronously and on a thread; seconds = the epoch's wall
+   time, ratio = the trainer's waiting time against the synchronous loader's (ideally near 0).
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 
+from repro.pario.async_io import BlockLoader, EmulatedStorage, LoaderStats, cosmo_fields, epoch_plan, shard_sizes, write_shards
 from repro.pario.exchange_sim import DragonflyConstants, irregular_pattern, model_time, platform_for, simulate_kernel
 from repro.pario.intranode import IntraNodeLayout
 from repro.pario.kernels import EndpointModel
@@ -66,6 +72,32 @@ def _model_rows() -> list[tuple[str, float, str]]:
     return [("endpoint model, 16384 ranks, 5 kernels", wall, f"{wall / TARGET_S:.2f}x target")]
 
 
+READ_LATENCY_S = 0.03
+COMPUTE_PER_BATCH_S = 0.02
+
+
+def _loader_epoch(shards: list[Path], threaded: bool) -> tuple[float, float]:
+    """Wall seconds of one epoch with emulated compute, and the seconds the trainer waited for data."""
+    plan = epoch_plan(shard_sizes(shards), 1, 0, 5, 2, seed=0, epoch=0)
+    storage, stats = EmulatedStorage(shards, latency=READ_LATENCY_S, bandwidth=1e12), LoaderStats()
+    start = time.perf_counter()
+    for _ in BlockLoader(storage, 5, threaded, seed=0).epoch(plan, 0, stats):
+        time.sleep(COMPUTE_PER_BATCH_S)
+    storage.close()
+    return time.perf_counter() - start, stats.wait_s
+
+
+def _overlap_rows() -> list[tuple[str, float, str]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        x, y = cosmo_fields(50, 4, 2, seed=0)
+        shards = write_shards(tmp, x, y, 3)
+        sync_wall, sync_wait = _loader_epoch(shards, threaded=False)
+        thread_wall, thread_wait = _loader_epoch(shards, threaded=True)
+    return [("async-io loader, synchronous reads, one epoch", sync_wall, f"waits {sync_wait:.2f} s (1.00x)"),
+            ("async-io loader, reads on a thread, one epoch", thread_wall,
+             f"waits {thread_wait:.2f} s ({thread_wait / sync_wait:.2f}x the synchronous wait)")]
+
+
 def run() -> list[tuple[str, float, str]]:
     """Every parallel I/O benchmark row: (name, seconds, ratio)."""
-    return _mpi_rows() + _sim_rows() + _model_rows()
+    return _mpi_rows() + _sim_rows() + _model_rows() + _overlap_rows()
