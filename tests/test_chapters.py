@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.book import assemble
+from repro import results
+from repro.book import assemble, gpu_line
 from repro.registry import VERDICTS, load_registry
 
 REG = load_registry()
@@ -205,6 +206,13 @@ def test_status_page_lists_every_chapter_and_profile(built_book):
     assert len(rows) == 3 * len(REG.chapters)
     smoke_rows = [r for r in rows if "| `smoke` |" in r]
     assert all("fresh" in r or "stale" in r for r in smoke_rows) and all(" s |" in r for r in smoke_rows)
+    gpu_rows = [r for r in rows if results.GPU_MARK in r]
+    assert ("No run on a GPU is on record" in md) == (not gpu_rows)  # the page says whether any run used a GPU
+
+
+def test_gpu_line_names_the_runs_on_a_gpu_or_says_there_are_none():
+    assert "No run on a GPU" in gpu_line([])
+    assert gpu_line(["`fedlama` at `paper`"]) == "Runs on a GPU on record: `fedlama` at `paper`.\n\n"
 
 
 def test_two_chapter_course_builds_with_only_its_chapters(smoke, root, tmp_path):

@@ -268,14 +268,30 @@ def scoreboard_markdown(registry: Registry, profile: str) -> str:
     )
 
 
+def gpu_line(on_gpu: list[str]) -> str:
+    """The status page's sentence on GPU runs: which records ran on one, or that none did.
+
+    Parameters
+    ----------
+    on_gpu
+        ``chapter at profile`` labels of the records whose hardware names a GPU.
+    """
+    if on_gpu:
+        return f"Runs on a GPU on record: {', '.join(on_gpu)}.\n\n"
+    return ("No run on a GPU is on record: the `cuda` and `auto` device paths of the `paper` profiles have not "
+            "run on this book's machines.\n\n")
+
+
 def status_markdown(registry: Registry) -> str:
     """The status page: per chapter and profile, the last run's wall time, date, hardware, freshness and verdicts."""
-    rows = []
+    rows, on_gpu = [], []
     for ch in registry.chapters:
         st = status(ch)
         for prof, state in st.items():
             rec = results.load_result(ch.id, prof)
             run = (rec or {}).get("run", {})
+            if results.GPU_MARK in (rec or {}).get("provenance", {}).get("hardware", ""):
+                on_gpu.append(f"`{ch.id}` at `{prof}`")
             counts = verdict_counts(rec)
             rows.append("| " + " | ".join([
                 f"{{doc}}`{ch.id} <chapters/{ch.family}/{ch.id}>`", f"`{prof}`", state["state"],
@@ -289,6 +305,7 @@ def status_markdown(registry: Registry) -> str:
         "imports, its parameters, its data and the environment lock are unchanged since) or *stale*, how long "
         "it took, when, on what hardware, and its verdicts. `repro run <id> --dry-run` estimates a run's time "
         "from the same records. Generated from the results ledger.\n\n"
+        + gpu_line(on_gpu) +
         "| chapter | profile | state | wall time | finished | hardware | verdicts |\n|---|---|---|---|---|---|---|\n"
         + "\n".join(rows) + "\n"
     )

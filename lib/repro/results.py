@@ -175,6 +175,10 @@ def env_lock_hash(root: Path | None = None) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
 
 
+GPU_MARK = ", GPU "
+"""What :func:`hardware` writes before a GPU's name (the status page looks for it)."""
+
+
 def hardware() -> str:
     """A one-line description of the machine (CPU cores, memory, GPU if any)."""
     cores = os.cpu_count() or 0
@@ -188,7 +192,7 @@ def hardware() -> str:
         import torch
 
         if torch.cuda.is_available():
-            gpu = f", GPU {torch.cuda.get_device_name(0)}"
+            gpu = f"{GPU_MARK}{torch.cuda.get_device_name(0)}"
     except ImportError:
         pass
     return f"{platform.machine()} {cores} cores, {mem}{gpu}, {platform.system()} {platform.release()}"
