@@ -4,7 +4,10 @@ One ``ClientApp`` serves every server of the book that asks its clients for
 a penalised local loss: SAFA sends per-parameter importance weights
 (``ewc-lambda`` and ``fisher::<name>`` arrays) and may ask for the squared
 full-batch gradients back (``want-fisher``); FedProx sends ``proximal-mu``.
-With neither it trains exactly as the shared client.
+With neither it trains exactly as the shared client.  SAFA's adaptive period
+also asks (``want-tracking``) for the client's accuracy on its own data before
+and after training and for the label pattern of :func:`label_pattern`; the
+answer is read without touching the training (tested bit for bit).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, penalised_sgd
-from repro.federated.task import TaskSpec
+from repro.federated.task import TaskSpec, evaluate_on
 from repro.models import get_weights
 
 FISHER = "fisher::"
@@ -31,6 +34,27 @@ def squared_gradient(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> di
     return out
 
 
+def label_pattern(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Which classes a client holds, read from the signs of its full-batch gradient of the last layer's weight.
+
+    Row ``c`` of that gradient is ``sum_i (p_ic - [y_i = c]) h_i`` over the client's samples,
+    with ``h_i`` the last layer's input.  When ``h_i >= 0`` (a ReLU before the last layer) a
+    class the client lacks has a row with no negative entry, and a class it holds almost surely
+    has one; SAFA's code groups the clients by this 0/1 pattern (one entry per class).  The
+    gradient is taken with :func:`torch.autograd.grad`, leaving the parameters' ``.grad`` alone.
+
+    Returns
+    -------
+    ndarray of int
+        1 where the class's row has a negative entry, else 0.
+    """
+    weight = [p for p in model.parameters() if p.dim() == 2][-1]
+    model.eval()
+    loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+    (grad,) = torch.autograd.grad(loss, [weight])
+    return (grad < 0).any(dim=1).to(torch.int64).numpy()
+
+
 def train_regularised(spec: TaskSpec, msg: Message, context: Context) -> Message:
     """One round of the regularised client: local SGD with an EWC or a proximal penalty.
 
@@ -39,6 +63,11 @@ def train_regularised(spec: TaskSpec, msg: Message, context: Context) -> Message
     rnd = begin_round(spec, msg, context)
     theta = {k: v for k, v in rnd.received.items() if not k.startswith(FISHER)}
     lam, mu = float(rnd.config.get("ewc-lambda", 0.0)), float(rnd.config.get("proximal-mu", 0.0))
+    tracking = bool(rnd.config.get("want-tracking", False))
+    if tracking:  # before training: the accuracy the model arrives with, and the client's label pattern
+        extra: dict[str, int | float | list[int]] = {
+            "arrival-accuracy": evaluate_on(rnd.model, rnd.x, rnd.y)["accuracy"],
+            "label-pattern": [int(v) for v in label_pattern(rnd.model, rnd.x, rnd.y)]}
     if lam > 0 and mu > 0:
         raise ValueError("a round cannot ask for both ewc-lambda and proximal-mu")
     if lam > 0:
@@ -50,7 +79,10 @@ def train_regularised(spec: TaskSpec, msg: Message, context: Context) -> Message
     out = get_weights(rnd.model)
     if bool(rnd.config.get("want-fisher", False)):
         out.update({FISHER + k: v for k, v in squared_gradient(rnd.model, rnd.x, rnd.y).items()})
-    return finish_round(msg, rnd, out, loss, {"model-index": int(rnd.config.get("model-index", -1))})
+    metrics: dict[str, int | float | list[int]] = {"model-index": int(rnd.config.get("model-index", -1))}
+    if tracking:
+        metrics.update(extra, **{"departure-accuracy": evaluate_on(rnd.model, rnd.x, rnd.y)["accuracy"]})
+    return finish_round(msg, rnd, out, loss, metrics)
 
 
 def make_regularised_client_app(spec: TaskSpec, run_config: RunConfig | None = None) -> ClientApp:
@@ -58,7 +90,8 @@ def make_regularised_client_app(spec: TaskSpec, run_config: RunConfig | None = N
 
     Config keys beyond the shared client's: ``ewc-lambda`` (with ``fisher::<name>``
     arrays: the importance), ``proximal-mu``, ``want-fisher`` (reply with the
-    squared full-batch gradients as ``fisher::<name>``) and ``model-index``
-    (echoed back).  With none of them it trains exactly as the shared client.
+    squared full-batch gradients as ``fisher::<name>``), ``want-tracking`` (reply
+    with ``arrival-accuracy``, ``departure-accuracy`` and ``label-pattern``) and
+    ``model-index`` (echoed back).  With none of them it trains exactly as the shared client.
     """
     return client_app_with(lambda msg, context: train_regularised(spec, msg, context), run_config)
