@@ -8,6 +8,13 @@ samples held out of every client (the task's ``validation_share``), never
 on the test set the claims read; :func:`claims` turns the tuned runs into
 the ledger's per-seed values, :func:`per_device_memory` gives each method's
 per-device memory; the figures and tables are the chapter's own.
+
+FedGKT (:mod:`repro.federated.fedgkt`) is one of the methods: each client
+trains one FedDCT sub-model's architecture as its extractor and head
+(:func:`gkt_task`), so its device holds exactly what a FedDCT device holds,
+and the server's model on the extracted features has the large model's
+hidden widths.  Its accuracy is the mean over clients of each client's
+extractor followed by the server model.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import torch
 
@@ -30,6 +38,7 @@ from repro.federated.feddct import (
     make_feddct_client_app,
     sub_hidden,
 )
+from repro.federated.fedgkt import KD_WEIGHT, SERVER_EPOCHS, TEMPERATURE, FedGKT, GktTask, make_fedgkt_client_app, pair_evaluator
 from repro.federated.figures import mean_sd, tuned_accuracy_curves
 from repro.federated.regularised import make_regularised_client_app
 from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
@@ -41,12 +50,13 @@ from repro.federated.tiers import count_step, linear_layers, step_memory
 from repro.federated.tuning import Choice, best_settings, chosen, keep_best, model_validation_accuracy
 from repro.models import set_weights
 
-METHODS = ("fedavg_large", "fedavg_small", "fedprox_large", "splitfed_large", "clustered_large", "feddct")
+METHODS = ("fedavg_large", "fedavg_small", "fedprox_large", "splitfed_large", "fedgkt", "clustered_large", "feddct")
 LABELS = {"fedavg_large": "FedAvg, large model", "fedavg_small": "FedAvg, one sub-model",
           "fedprox_large": "FedProx, large model", "splitfed_large": "SplitFed, large model",
+          "fedgkt": "FedGKT, sub-model on device + large server model",
           "clustered_large": "large model, FedDCT's cluster schedule (ablation)", "feddct": "FedDCT"}
 COLOURS = {"fedavg_large": "tab:gray", "fedavg_small": "tab:brown", "fedprox_large": "tab:orange",
-           "splitfed_large": "tab:green", "clustered_large": "tab:purple", "feddct": "tab:blue"}
+           "splitfed_large": "tab:green", "fedgkt": "tab:red", "clustered_large": "tab:purple", "feddct": "tab:blue"}
 CUT = 2
 """SplitFed's cut: after the first linear layer and its ReLU (the client keeps ``fc0``), as the spec asks."""
 TARGET_SHARE = 0.95
@@ -71,12 +81,17 @@ class DctRun(FederatedRun):
         FedProx's proximal weight.
     cot_final, cot_warmup
         FedDCT's co-training weight and its warm-up in rounds.
+    gkt_temperature, gkt_kd_weight, gkt_server_epochs
+        FedGKT's distillation temperature and weight and its server's epochs per round.
     """
 
     split_factor: int
     mu: float
     cot_final: float
     cot_warmup: int
+    gkt_temperature: float = TEMPERATURE
+    gkt_kd_weight: float = KD_WEIGHT
+    gkt_server_epochs: int = SERVER_EPOCHS
 
     methods: ClassVar[tuple[str, ...]] = METHODS
     tuned: ClassVar[dict[str, str]] = {m: "sgd.lr" for m in METHODS}
@@ -95,11 +110,37 @@ class DctRun(FederatedRun):
         """The task with one sub-model's widths (``hidden / sqrt(S)``)."""
         return dataclasses.replace(self.spec, hidden=sub_hidden(self.spec.hidden, self.split_factor))
 
+    def gkt_task(self) -> GktTask:
+        """FedGKT's models on this run's task (:func:`gkt_task`)."""
+        return gkt_task(self.spec, self.split_factor)
+
     def model(self) -> torch.nn.Module:
         """The global model this run trains (an ensemble for the cluster-trained methods), initialised from seed 0."""
         if self.method in ("feddct", "clustered_large"):
             return build_ensemble(self.spec, self.ensemble_size, seed=0)
         return build_model(self.small_spec() if self.method == "fedavg_small" else self.spec, seed=0)
+
+
+def gkt_task(spec: TaskSpec, split_factor: int) -> GktTask:
+    """FedGKT's models on ``spec``: a client's is one FedDCT sub-model's MLP, the server's has the large widths.
+
+    The client's extractor is the sub-model's hidden layers, its head the last
+    layer; the server model maps the extractor's features through the large
+    model's hidden widths to the classes.
+    """
+    return GktTask(spec, client_hidden=sub_hidden(spec.hidden, split_factor), server_hidden=tuple(spec.hidden))
+
+
+def run_fedgkt(job: DctRun) -> dict[str, Any]:
+    """Run FedGKT on Flower's in-process engine; its validation accuracy is the mean over the clients' pairs."""
+    task = job.gkt_task()
+    strategy = FedGKT(job.spec.num_clients, job.local, task.server_model(job.seed), seed=job.seed,
+                      temperature=job.gkt_temperature, kd_weight=job.gkt_kd_weight, server_epochs=job.gkt_server_epochs)
+    hist = job.simulate(strategy, make_fedgkt_client_app(task, job.run_config), task.initial_arrays(job.seed),
+                        pair_evaluator(task))
+    assert hist.final_arrays is not None
+    validation = float(np.mean([model_validation_accuracy(job.spec, pair) for pair in task.pairs(hist.final_arrays)]))
+    return summary_record(job, RunSummary.of(hist), validation_accuracy=validation)
 
 
 def run(job: DctRun) -> dict[str, Any]:
@@ -109,8 +150,11 @@ def run(job: DctRun) -> dict[str, Any]:
     -------
     dict
         :func:`repro.federated.runs.summary_record`'s fields and ``validation_accuracy``
-        (:func:`repro.federated.tuning.model_validation_accuracy` of the final model).
+        (:func:`repro.federated.tuning.model_validation_accuracy` of the final model; for FedGKT the
+        mean over the clients' extractor + server pairs).
     """
+    if job.method == "fedgkt":
+        return run_fedgkt(job)
     n, local, cfg = job.spec.num_clients, job.local, job.run_config
     if job.method == "splitfed_large":
         split = run_split_training(job.spec, CUT, SplitHierarchy.splitfed(n), job.rounds, job.tau, job.sgd.batch_size,
@@ -138,8 +182,9 @@ def run(job: DctRun) -> dict[str, Any]:
 
 def sweep(spec: TaskSpec, split_factor: int, steps: int, rounds: int, batch_size: int, lrs: list[float], mu: float,
           cot_final: float, cot_warmup: int, seeds: list[int], eval_every: int, workers: int = 1,
-          device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every method at every learning rate of ``lrs`` for every seed.
+          device: str = "cpu", gkt_temperature: float = TEMPERATURE, gkt_kd_weight: float = KD_WEIGHT,
+          gkt_server_epochs: int = SERVER_EPOCHS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every method at every learning rate of ``lrs`` for every seed (FedGKT's constants fixed, not tuned).
 
     Returns
     -------
@@ -151,7 +196,8 @@ def sweep(spec: TaskSpec, split_factor: int, steps: int, rounds: int, batch_size
     """
     jobs = [DctRun(m, spec, LocalSGD(batch_size, lr, 0.0), steps, rounds, s, eval_every=eval_every, device=device,
                    progress=None if workers > 1 else f"{m} lr={lr} seed={s}", split_factor=split_factor, mu=mu,
-                   cot_final=cot_final, cot_warmup=cot_warmup)
+                   cot_final=cot_final, cot_warmup=cot_warmup, gkt_temperature=gkt_temperature,
+                   gkt_kd_weight=gkt_kd_weight, gkt_server_epochs=gkt_server_epochs)
             for s in seeds for lr in lrs for m in METHODS]
     done = execute(run, jobs, workers, desc="FedDCT comparison")
     return run_tables(done, ("method", "setting", "seed", "accuracy", "budget_accuracy", TUNING_METRIC),
@@ -185,7 +231,8 @@ def per_device_memory(spec: TaskSpec, split_factor: int, batch_size: int) -> pd.
     (:func:`repro.federated.tiers.count_step`); SplitFed's client holds only
     the layers before the cut, and only the model counts it: its step ends at
     the cut, and torch's count would add a loss on the cut activations that
-    the server computes.
+    the server computes.  A FedGKT client trains its whole small model
+    (:func:`gkt_task`: one sub-model's architecture) and counts the same.
     """
     large = build_model(spec, seed=0)
     sub = build_ensemble(spec, split_factor, seed=0).members[0]
@@ -200,6 +247,9 @@ def per_device_memory(spec: TaskSpec, split_factor: int, batch_size: int) -> pd.
     rows.append({"device": "SplitFed client (layers before the cut)", "parameters": sum(lay.parameters for lay in layers),
                  "step memory, model (kB)": step_memory(layers, len(layers), batch_size, optimizer_slots=0).trained / 1e3,
                  "step memory, torch (kB)": float("nan")})
+    step = count_step(gkt_task(spec, split_factor).client_model(0), batch_size, momentum=0.0)
+    rows.append({"device": "FedGKT client (extractor + head)", "parameters": step.parameters,
+                 "step memory, model (kB)": step.modelled.trained / 1e3, "step memory, torch (kB)": step.measured / 1e3})
     table = pd.DataFrame(rows)
     return table.assign(**{"large / device": table["step memory, model (kB)"].iloc[0] / table["step memory, model (kB)"]})
 
@@ -220,6 +270,7 @@ def claims(final: pd.DataFrame, curves: pd.DataFrame, memory: pd.DataFrame, roun
         "gain_vs_fedavg_small": [float(d[s] - acc["fedavg_small"][s]) for s in seeds],
         "gain_vs_splitfed": [float(d[s] - acc["splitfed_large"][s]) for s in seeds],
         "gain_vs_fedprox": [float(d[s] - acc["fedprox_large"][s]) for s in seeds],
+        "gain_vs_fedgkt": [float(d[s] - acc["fedgkt"][s]) for s in seeds],
         "rounds_saved_vs_fedavg_large": [float(needed["fedavg_large"][s] - needed["feddct"][s]) for s in seeds],
         "memory_reduction": [reduction for _ in seeds],
     }
@@ -236,18 +287,18 @@ def accuracy_curves(curves: pd.DataFrame, best: tuple[Choice, ...]) -> plt.Figur
 def memory_accuracy(final: pd.DataFrame, memory: pd.DataFrame, best: tuple[Choice, ...]) -> plt.Figure:
     """Accuracy at the budget against per-device step memory, per method (error bar = sd over seeds).
 
-    Methods on the same device are drawn side by side (small horizontal offsets) with their own markers.
+    Methods at the same memory are drawn side by side (small horizontal offsets) with their own markers.
     """
     device_of = {"fedavg_large": 0, "fedprox_large": 0, "clustered_large": 0, "fedavg_small": 1, "feddct": 1,
-                 "splitfed_large": 2}
+                 "splitfed_large": 2, "fedgkt": 3}
     markers = {"fedavg_large": "o", "fedprox_large": "s", "clustered_large": "D", "fedavg_small": "v", "feddct": "*",
-               "splitfed_large": "^"}
+               "splitfed_large": "^", "fedgkt": "P"}
     sel = keep_best(final, best)
     kb = memory["step memory, model (kB)"]
     fig, ax = plt.subplots(figsize=(8.6, 3.8))
     for m in METHODS:
         vals = sel[sel.method == m].budget_accuracy
-        peers = [p for p in METHODS if device_of[p] == device_of[m]]
+        peers = [p for p in METHODS if np.isclose(kb.iloc[device_of[p]], kb.iloc[device_of[m]])]
         x = kb.iloc[device_of[m]] * (1 + 0.04 * (peers.index(m) - (len(peers) - 1) / 2))
         ax.errorbar(x, vals.mean(), yerr=vals.std(ddof=1) if len(vals) > 1 else 0.0, fmt=markers[m], ms=8,
                     color=COLOURS[m], capsize=3, label=LABELS[m])
