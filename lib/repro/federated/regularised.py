@@ -39,8 +39,9 @@ def label_pattern(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> np.nd
 
     Row ``c`` of that gradient is ``sum_i (p_ic - [y_i = c]) h_i`` over the client's samples,
     with ``h_i`` the last layer's input.  When ``h_i >= 0`` (a ReLU before the last layer) a
-    class the client lacks has a row with no negative entry, and a class it holds almost surely
-    has one; SAFA's code groups the clients by this 0/1 pattern (one entry per class).  The
+    class the client lacks has a row with no negative entry; a class it holds usually has one,
+    but not always (a few samples of it among many of other classes can leave its row positive,
+    depending on the model).  SAFA's code groups the clients by this 0/1 pattern.  The
     gradient is taken with :func:`torch.autograd.grad`, leaving the parameters' ``.grad`` alone.
 
     Returns

@@ -44,7 +44,8 @@ commit 4b9a8a2), through a :class:`PeriodTracker`:
 
 Where we depart from that code: the label pattern is taken at the model a
 client first receives, not at the initial model in a round before training
-(for a ReLU network the pattern is the set of labels held either way), and
+(for a ReLU network an absent label never shows either way; a rare held one
+may show at one model and not at the other), and
 the accuracies are percentages rather than fractions (which moves no argmax
 and no sign).
 

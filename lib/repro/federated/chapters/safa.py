@@ -141,10 +141,11 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     FedProx runs at every value of ``mus``, FedDyn at every value of ``feddyn_alphas`` and SCAFFOLD at every
     client learning rate of ``scaffold_lrs``; SAFA adapts its period by ``period_rule`` (``None``: fixed).
     """
-    def job(method: str, task: TaskSpec, seed: int, **tuned: float) -> SafaRun:
-        return SafaRun(method, task, sgd, tau, rounds, seed, active_clients=active_clients, eval_every=eval_every,
-                       engine=engine, device=device, lam=lam, mix=mix, period=period, period_rule=period_rule,
-                       **tuned)
+    def job(method: str, task: TaskSpec, seed: int, **tuned: float | LocalSGD) -> SafaRun:
+        fields = {"sgd": sgd, **tuned}
+        return SafaRun(method, task, tau=tau, rounds=rounds, seed=seed, active_clients=active_clients,
+                       eval_every=eval_every, engine=engine, device=device, lam=lam, mix=mix, period=period,
+                       period_rule=period_rule, **fields)
 
     grids = {"fedprox": [{"mu": m} for m in mus], "feddyn": [{"feddyn_alpha": a} for a in feddyn_alphas],
              "scaffold": [{"sgd": replace(sgd, lr=lr)} for lr in scaffold_lrs]}
