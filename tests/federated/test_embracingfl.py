@@ -5,12 +5,27 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from repro.federated.client import LocalSGD, make_client_app
+from repro.federated.client import ClientRound, LocalSettings, LocalSGD, make_client_app
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
-from repro.federated.fjord import OrderedDropout, ladder_up_to
-from repro.federated.heterofl import WidthReduced, make_heterofl_client_app, nested_average, slice_weights
+from repro.federated.fjord import (
+    AUTHORS_DISTILLATION,
+    OrderedDropout,
+    SelfDistillation,
+    fjord_step_loss,
+    ladder_up_to,
+    train_ordered_dropout,
+)
+from repro.federated.heterofl import (
+    WidthReduced,
+    WidthScaler,
+    make_heterofl_client_app,
+    nested_average,
+    slice_weights,
+    sliced_hidden,
+)
+from repro.federated.kd import kd_loss
 from repro.federated.partial import PartialTraining, layerwise_average, make_partial_client_app, output_side_keys
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model
@@ -36,10 +51,11 @@ def test_all_strong_partial_training_is_fedavg():
         np.testing.assert_array_equal(fedavg[k], partial[k])
 
 
-def test_heterofl_at_full_width_is_fedavg():
+@pytest.mark.parametrize("scaler", [False, True])
+def test_heterofl_at_full_width_is_fedavg(scaler):
     fedavg = final_weights(SeededFedAvg(3, LOCAL, seed=1), make_client_app(SPEC, {"seed": 1}))
     hetero = final_weights(WidthReduced(3, LOCAL, [STRONG] * SPEC.num_clients, seed=1),
-                           make_heterofl_client_app(SPEC, {"seed": 1}))
+                           make_heterofl_client_app(SPEC, {"seed": 1}, scaler=scaler))
     for k in fedavg:
         np.testing.assert_allclose(fedavg[k], hetero[k], rtol=1e-5, atol=1e-6)
 
@@ -102,6 +118,139 @@ def test_ordered_dropout_masks_late_units():
     assert model.fc0.weight.grad[keep:].abs().max() == 0 and model.fc2.weight.grad[:, keep:].abs().max() == 0
     assert model.fc0.weight.grad[:keep].abs().max() > 0
     dropout.remove()
+
+
+def hidden_outputs(model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """The ReLU outputs of one forward pass."""
+    seen = []
+    handles = [m.register_forward_hook(lambda mod, args, out: seen.append(out.detach().clone()))
+               for m in model.modules() if isinstance(m, torch.nn.ReLU)]
+    model(x)
+    for h in handles:
+        h.remove()
+    return seen
+
+
+def test_scaler_at_full_width_is_the_identity():
+    torch.manual_seed(0)
+    model, x = mlp(5, [8, 8], 3), torch.randn(4, 5)
+    model.train()
+    plain = model(x)
+    with WidthScaler(model, 1.0):
+        torch.testing.assert_close(model(x), plain, rtol=0, atol=0)
+
+
+def test_scaler_doubles_hidden_activations_at_half_width_while_training_only():
+    torch.manual_seed(0)
+    model, x = mlp(5, [8, 6], 3), torch.randn(4, 5)
+    model.train()
+    plain = hidden_outputs(model, x)
+    with WidthScaler(model, 0.5):
+        first = hidden_outputs(model, x)[0]
+        torch.testing.assert_close(first, 2 * plain[0], rtol=0, atol=0)  # division by 0.5 is exact
+        model.eval()
+        torch.testing.assert_close(hidden_outputs(model, x)[0], plain[0], rtol=0, atol=0)
+        model.train()
+    torch.testing.assert_close(hidden_outputs(model, x)[0], plain[0], rtol=0, atol=0)  # hooks removed on exit
+    assert plain[0].abs().max() > 0
+
+
+def test_scaler_leaves_the_output_layer_alone():
+    torch.manual_seed(0)
+    model, x = mlp(5, [8], 3), torch.randn(4, 5)
+    model.train()
+    with WidthScaler(model, 0.25):
+        scaled = model(x)
+    hidden = torch.relu(model.fc0(x))
+    # one hidden layer: the logits are the last layer applied to 4x the hidden output, not 4x the logits
+    torch.testing.assert_close(scaled, model.fc1(hidden / 0.25))
+    assert not torch.allclose(scaled, model(x) / 0.25)
+
+
+def test_distillation_term_vanishes_when_widths_agree():
+    torch.manual_seed(0)
+    logits, labels = torch.randn(6, 4), torch.randint(0, 4, (6,))
+    loss = fjord_step_loss(logits, logits, labels, SelfDistillation(weight=1.0, temperature=2.0))
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, labels), rtol=0, atol=0)
+
+
+def test_step_loss_weights():
+    torch.manual_seed(1)
+    student, teacher, labels = torch.randn(6, 4), torch.randn(6, 4), torch.randint(0, 4, (6,))
+    ce = torch.nn.functional.cross_entropy
+    none = fjord_step_loss(student, teacher, labels, SelfDistillation(weight=0.0, temperature=3.0))
+    torch.testing.assert_close(none, ce(teacher, labels) + ce(student, labels))
+    only = fjord_step_loss(student, teacher, labels, SelfDistillation(weight=1.0, temperature=3.0))
+    torch.testing.assert_close(only, ce(teacher, labels) + kd_loss(student, teacher, 3.0))
+    with pytest.raises(ValueError):
+        SelfDistillation(weight=1.5)
+
+
+def fjord_round(p_max: float, steps: int = 6) -> tuple[ClientRound, tuple[int, ...]]:
+    full = (12, 8)
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 5)).astype(np.float32), rng.integers(0, 3, 40)
+    model = mlp(5, list(sliced_hidden(full, p_max)), 3)
+    settings = LocalSettings(steps=steps, batch_size=8, lr=0.1, momentum=0.9, seed=7)
+    return ClientRound(0, ConfigRecord(), {}, model, x, y, settings), full
+
+
+def trained(monkeypatch, p_max: float, distillation: SelfDistillation | None,
+            steps: int = 6) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """The client's weights after :func:`train_ordered_dropout`, and the widths its ordered dropout drew."""
+    rnd, full = fjord_round(p_max, steps)
+    spec = TaskSpec(dataset="digits", num_clients=2, hidden=full)
+    made = []
+    original = OrderedDropout.__init__
+
+    def record(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(OrderedDropout, "__init__", record)
+    train_ordered_dropout(spec, rnd, p_max, distillation)
+    monkeypatch.undo()
+    return {k: v.detach().clone() for k, v in rnd.model.state_dict().items()}, made[0].drawn
+
+
+def test_distillation_changes_nothing_for_a_client_at_its_narrowest_width(monkeypatch):
+    plain, drawn_plain = trained(monkeypatch, 0.25, None)
+    distilled, drawn = trained(monkeypatch, 0.25, AUTHORS_DISTILLATION)
+    assert set(drawn) == {0.25} and drawn == drawn_plain
+    for k in plain:
+        torch.testing.assert_close(distilled[k], plain[k], rtol=1e-5, atol=1e-6)
+
+
+def test_distillation_draws_the_same_widths(monkeypatch):
+    _, drawn_plain = trained(monkeypatch, 1.0, None)
+    _, drawn = trained(monkeypatch, 1.0, AUTHORS_DISTILLATION)
+    assert drawn == drawn_plain and len(drawn) == 6  # the teacher's passes draw nothing
+
+
+def test_distilled_step_follows_the_step_loss(monkeypatch):
+    """One distilled step of a full-width client is SGD on fjord_step_loss at the drawn width (student) and at 1."""
+    distillation = SelfDistillation(weight=0.7, temperature=2.0)
+    after, drawn = trained(monkeypatch, 1.0, distillation, steps=1)
+    assert drawn[0] < 1.0  # the round's seed draws a narrower width first, so the teacher pass runs
+    rnd, full = fjord_round(1.0, steps=1)
+    model = rnd.model
+    idx = torch.from_numpy(np.random.default_rng(rnd.settings.seed).choice(len(rnd.y), size=8, replace=False))
+    xb, yb = torch.from_numpy(rnd.x)[idx], torch.from_numpy(rnd.y)[idx]
+    dropout = OrderedDropout(model, full, [1.0], seed=0)
+    with dropout.pinned(drawn[0]):
+        student = model(xb)
+    with dropout.pinned(1.0):
+        teacher = model(xb)
+    dropout.remove()
+    fjord_step_loss(student, teacher, yb, distillation).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= rnd.settings.lr * p.grad  # momentum adds nothing at the first step
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(after[k], v, rtol=1e-5, atol=1e-6)
+    plain, _ = trained(monkeypatch, 1.0, None, steps=1)
+    assert any(not torch.allclose(plain[k], after[k]) for k in plain)
 
 
 def test_assign_tiers_follows_shares():

@@ -7,9 +7,13 @@ every array over the clients whose slice held it, weighted by sample
 counts; entries no client held keep their value.  With every client at
 width 1 this is FedAvg.
 
-Simplifications: the MLP has no normalisation layers, so HeteroFL's static
-batch norm does not arise, and its "scaler" (dividing a slice's output by
-``r`` during training) is left out.  The same server serves FjORD
+HeteroFL's scaler (:class:`WidthScaler`, on with ``scaler=True`` in
+:func:`make_heterofl_client_app`) divides every hidden layer's output by
+``r`` while a width-``r`` client trains and does nothing at evaluation, so
+the wide global model is evaluated as it is.  The MLP has no normalisation
+layers, so HeteroFL's static batch norm does not arise; its masked
+cross-entropy (logits of classes a client lacks set to zero, used in its
+non-IID runs) is left out.  The same server serves FjORD
 (:mod:`repro.federated.fjord`), whose clients differ only in how they train.
 
 Communication is counted with :class:`~repro.federated.comm.CommLedger`,
@@ -23,6 +27,7 @@ import math
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
@@ -174,7 +179,60 @@ def train_width(spec: TaskSpec, msg: Message, context: Context, trainer: Trainer
     return finish_round(msg, rnd, get_weights(rnd.model), loss)
 
 
-def make_heterofl_client_app(spec: TaskSpec, run_config: dict | None = None) -> ClientApp:
-    """The HeteroFL ``ClientApp``: plain local SGD on the received slice."""
-    return client_app_with(lambda msg, context: train_width(spec, msg, context), run_config)
+class WidthScaler:
+    """HeteroFL's scaler: in training mode every hidden layer's output is divided by the width ratio ``r``.
+
+    The authors' models put a ``Scaler`` right after each hidden convolution
+    or linear map, before normalisation and activation, dividing by the
+    client's rate relative to the global model's while the module trains and
+    passing its input through at evaluation; the output layer has none.  With
+    the global model at width 1 that rate is ``r``.  Here a forward hook on
+    every linear layer but the last does it (the MLP has ReLU right after,
+    and ``relu(z / r) = relu(z) / r`` for ``r > 0``).  A context manager:
+    the hooks are removed on exit (the work model is reused by later rounds).
+
+    Parameters
+    ----------
+    model
+        A width-``ratio`` slice of the global MLP.
+    ratio
+        The client's width ratio ``r`` (``0 < r <= 1``; ``r = 1`` divides by one, the identity).
+    """
+
+    def __init__(self, model: torch.nn.Module, ratio: float) -> None:
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError(f"parameter 'ratio': a width ratio in (0, 1], got {ratio}")
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        self.ratio = float(ratio)
+        self._handles = [m.register_forward_hook(self._scale) for m in linears[:-1]]
+
+    def _scale(self, module: torch.nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
+        return out / self.ratio if module.training else out
+
+    def remove(self) -> None:
+        """Detach the hooks."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def __enter__(self) -> WidthScaler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def train_scaled(rnd: ClientRound, ratio: float) -> float:
+    """Local SGD on a width-``ratio`` slice with HeteroFL's scaler on (:class:`WidthScaler`)."""
+    with WidthScaler(rnd.model, ratio):
+        return train_locally(rnd.model, rnd.x, rnd.y, rnd.settings)
+
+
+def make_heterofl_client_app(spec: TaskSpec, run_config: dict | None = None, scaler: bool = False) -> ClientApp:
+    """The HeteroFL ``ClientApp``: local SGD on the received slice, with the authors' scaler if ``scaler``.
+
+    ``scaler=False`` trains the slice with plain SGD (the scaler left out).
+    """
+    trainer = train_scaled if scaler else None
+    return client_app_with(lambda msg, context: train_width(spec, msg, context, trainer), run_config)
 
