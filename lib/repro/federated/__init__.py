@@ -30,8 +30,9 @@ Algorithms, one module each:
 - :mod:`repro.federated.fedlama`: FedLAMA, layer-wise adaptive aggregation intervals.
 - :mod:`repro.federated.fedluar`: FedLUAR (layer-wise update recycling), its ablations and top-k sparsification.
 - :mod:`repro.federated.activation`: client-activation policies (uniform, Power-of-Choice, multi-metric).
-- :mod:`repro.federated.safa`: SAFA and FedDC-style daisy chaining.
-- :mod:`repro.federated.regularised`: the regularised client (EWC or proximal penalty) of SAFA, FedProx and FedDRL.
+- :mod:`repro.federated.safa`: SAFA (fixed or adaptive period) and FedDC-style daisy chaining.
+- :mod:`repro.federated.regularised`: the regularised client (EWC or proximal penalty) of SAFA, FedProx and FedDRL;
+  the label pattern of a client's last-layer gradient.
 - :mod:`repro.federated.feddyn`, :mod:`repro.federated.scaffold`: FedDyn and SCAFFOLD.
 - :mod:`repro.federated.robust`: the edge-case backdoor and the defences (Multi-Krum, RFA, FLAME-lite, FedGrad).
 - :mod:`repro.federated.feddrl`: FedDRL's DDPG agent as an aggregation-weight policy.
