@@ -19,7 +19,7 @@ from flwr.clientapp import ClientApp
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import RunSummary
 from repro.federated.figures import accuracy_band, mean_sd, seed_sd
-from repro.federated.fjord import make_fjord_client_app
+from repro.federated.fjord import AUTHORS_DISTILLATION, SelfDistillation, make_fjord_client_app
 from repro.federated.heterofl import WidthReduced, make_heterofl_client_app, sub_spec
 from repro.federated.partial import PartialTraining, make_partial_client_app
 from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
@@ -60,6 +60,28 @@ class TierPlan:
                 Tier("weak", self.weak_layers, self.weak_width))
 
 
+@dataclass(frozen=True)
+class WidthBaselines:
+    """How HeteroFL and FjORD train their clients beyond the nested slices.
+
+    Attributes
+    ----------
+    scaler
+        HeteroFL's scaler (:class:`repro.federated.heterofl.WidthScaler`): hidden outputs divided by the
+        width ratio while a client trains.
+    distillation
+        FjORD's self-distillation (:class:`repro.federated.fjord.SelfDistillation`), ``None`` for none.
+    """
+
+    scaler: bool = True
+    distillation: SelfDistillation | None = AUTHORS_DISTILLATION
+
+    @classmethod
+    def of(cls, scaler: bool, self_distillation: bool) -> WidthBaselines:
+        """The chapter's switches: the scaler, and self-distillation with the authors' constants or none."""
+        return cls(scaler, AUTHORS_DISTILLATION if self_distillation else None)
+
+
 @dataclass(frozen=True, kw_only=True)
 class EmbracingRun(FederatedRun):
     """One run of the comparison; the shared fields are :class:`~repro.federated.runs.FederatedRun`'s.
@@ -72,11 +94,14 @@ class EmbracingRun(FederatedRun):
         The client mix (the rest are weak).
     plan
         The tiers.
+    baselines
+        HeteroFL's scaler and FjORD's self-distillation (default: on, as the papers run them).
     """
 
     strong_share: float
     moderate_share: float
     plan: TierPlan
+    baselines: WidthBaselines = WidthBaselines()
 
     methods: ClassVar[tuple[str, ...]] = METHODS
 
@@ -101,7 +126,8 @@ def build_strategy(job: EmbracingRun) -> tuple[SeededFedAvg, ClientApp]:
             tiers = [t if t.name == "strong" else Tier(t.name, 0, t.width) for t in tiers]
         return PartialTraining(k, local, tiers, seed=job.seed), make_partial_client_app(job.spec, cfg)
     fjord = job.method == "fjord"
-    app = make_fjord_client_app(job.spec, cfg) if fjord else make_heterofl_client_app(job.spec, cfg)
+    app = (make_fjord_client_app(job.spec, cfg, job.baselines.distillation) if fjord
+           else make_heterofl_client_app(job.spec, cfg, job.baselines.scaler))
     return WidthReduced(k, local, tiers, seed=job.seed, ordered_dropout=fjord), app
 
 
@@ -118,8 +144,10 @@ def run(job: EmbracingRun) -> dict[str, Any]:
 
 def sweep(spec: TaskSpec, sgd: LocalSGD, plan: TierPlan, mixes: list[tuple[float, float]], steps: int, rounds: int,
           active_clients: int, seeds: list[int], eval_every: int, workers: int = 1,
-          device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
+          device: str = "cpu", baselines: WidthBaselines = WidthBaselines()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method on every client mix and seed (all-strong FedAvg once per seed: it ignores the mix).
+
+    Every method trains at the same learning rate (``sgd``); ``baselines`` sets how HeteroFL and FjORD train.
 
     Returns
     -------
@@ -131,7 +159,7 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, plan: TierPlan, mixes: list[tuple[float
     def job(method: str, strong: float, moderate: float, seed: int, progress: str | None = None) -> EmbracingRun:
         return EmbracingRun(method, spec, sgd, steps, rounds, seed, active_clients=active_clients,
                             eval_every=eval_every, device=device, progress=progress, strong_share=strong,
-                            moderate_share=moderate, plan=plan)
+                            moderate_share=moderate, plan=plan, baselines=baselines)
 
     jobs = []
     for seed in seeds:
