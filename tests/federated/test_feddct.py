@@ -7,6 +7,7 @@ import copy
 import numpy as np
 import torch
 
+from repro.federated.chapters import feddct as chapter
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.feddct import (
@@ -104,3 +105,17 @@ def test_clusters_train_the_ensemble_and_move_one_sub_model_per_device():
     assert strategy.comm.total == 2 * 2 * 2 * size
     widths = [m.fc0.out_features for m in build_ensemble(SPEC, 4, 0).members]
     assert widths == [sub_width(32, 4)] * 4
+
+
+def test_fedgkt_device_holds_one_sub_model_and_its_server_the_large_widths():
+    """The chapter's FedGKT device trains exactly one FedDCT sub-model's MLP; the memory table says so."""
+    spec = TaskSpec(dataset="digits", num_clients=8, scheme="iid", hidden=(64, 64), n_train=400)
+    task = chapter.gkt_task(spec, split_factor=4)
+    sub = build_ensemble(spec, 4, seed=0).members[0]
+    assert [tuple(p.shape) for p in task.client_model(0).parameters()] == [tuple(p.shape) for p in sub.parameters()]
+    assert task.server_model(0).fc0.in_features == sub_width(64, 4) and task.server_hidden == (64, 64)
+    memory = chapter.per_device_memory(spec, 4, batch_size=32)
+    gkt_row = memory[memory.device.str.startswith("FedGKT")]
+    assert len(gkt_row) == 1
+    assert chapter.device_memory(memory, "fedgkt").equals(gkt_row.iloc[0])
+    assert gkt_row["step memory, model (kB)"].iloc[0] == chapter.device_memory(memory, "feddct")["step memory, model (kB)"]

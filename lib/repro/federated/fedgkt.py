@@ -93,7 +93,7 @@ class GktTask:
         (with its ReLU), the head the last linear layer.
     server_hidden
         Hidden widths of the server's MLP, whose input is a client's features
-        (``client_hidden[-1]`` of them).
+        (:attr:`feature_width` of them).
     """
 
     spec: TaskSpec
@@ -110,6 +110,11 @@ class GktTask:
         return dataclasses.replace(self.spec, hidden=tuple(self.client_hidden))
 
     @property
+    def feature_width(self) -> int:
+        """Width of the features a client's extractor sends (its last hidden layer)."""
+        return self.client_hidden[-1]
+
+    @property
     def num_classes(self) -> int:
         """Classes of the task."""
         return load_task_data(self.spec)[0].num_classes
@@ -123,7 +128,7 @@ class GktTask:
     def server_model(self, seed: int) -> torch.nn.Sequential:
         """The server's large model on the features, initialised from ``seed``."""
         torch.manual_seed(seed)
-        return mlp(self.client_hidden[-1], self.server_hidden, self.num_classes)
+        return mlp(self.feature_width, self.server_hidden, self.num_classes)
 
     def pair(self, client: torch.nn.Sequential, server: torch.nn.Module) -> torch.nn.Sequential:
         """Client ``client``'s extractor followed by ``server``: the model a client is scored with."""
@@ -149,6 +154,11 @@ class GktTask:
         for pid in range(self.spec.num_clients):
             set_weights(client, unprefixed(weights, client_prefix(pid)))
             yield pair
+
+
+def partition_of(reply: Message) -> int:
+    """The partition id a client's reply names in its metrics."""
+    return int(reply.content["metrics"]["partition-id"])
 
 
 def unprefixed(weights: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
@@ -353,11 +363,12 @@ class FedGKT(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Train the server model on every reply's features; keep its logits per client; return the global record."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
-        errors = [m for m in replies if m.has_error()]
-        if errors:
-            raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {errors[0].error.reason}")
-        pids = [int(m.content["metrics"]["partition-id"]) for m in replies]
+        replies = list(replies)
+        for m in replies:  # the server trains on every client's samples or on none
+            if m.has_error():
+                raise RuntimeError(f"round {server_round}: a client failed: {m.error.reason}")
+        replies.sort(key=partition_of)
+        pids = [partition_of(m) for m in replies]
         received = [from_arrayrecord(m.content["arrays"]) for m in replies]
         data = Received(*(np.concatenate([r[k] for r in received]) for k in (FEATURES_KEY, LABELS_KEY, LOGITS_KEY)))
         self.server_losses[server_round] = train_server(

@@ -61,6 +61,9 @@ CUT = 2
 """SplitFed's cut: after the first linear layer and its ReLU (the client keeps ``fc0``), as the spec asks."""
 TARGET_SHARE = 0.95
 """Rounds to target count the rounds until a method reaches this share of FedAvg-large's best accuracy."""
+DEVICE_ROW = {"fedavg_large": 0, "fedprox_large": 0, "clustered_large": 0, "fedavg_small": 1, "feddct": 1,
+              "splitfed_large": 2, "fedgkt": 3}
+"""Each method's device: its row of :func:`per_device_memory`'s table."""
 TUNING_METRIC = "validation_accuracy"
 """What every method's learning rate is chosen on: the final model's accuracy on the held-out training samples."""
 
@@ -254,6 +257,11 @@ def per_device_memory(spec: TaskSpec, split_factor: int, batch_size: int) -> pd.
     return table.assign(**{"large / device": table["step memory, model (kB)"].iloc[0] / table["step memory, model (kB)"]})
 
 
+def device_memory(memory: pd.DataFrame, method: str) -> pd.Series:
+    """The row of :func:`per_device_memory`'s table describing ``method``'s device."""
+    return memory.iloc[DEVICE_ROW[method]]
+
+
 def claims(final: pd.DataFrame, curves: pd.DataFrame, memory: pd.DataFrame, rounds: int,
            eval_every: int) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims, every method at the learning rate chosen on validation."""
@@ -263,7 +271,7 @@ def claims(final: pd.DataFrame, curves: pd.DataFrame, memory: pd.DataFrame, roun
     seeds = sorted(acc["feddct"].index)
     hit = rounds_to_target(cur, rounds, eval_every)
     needed = {m: hit[hit.method == m].set_index("seed")["rounds"] for m in ("fedavg_large", "feddct")}
-    reduction = float(memory["large / device"].iloc[1])
+    reduction = float(device_memory(memory, "feddct")["large / device"])
     d = acc["feddct"]
     return {
         "gain_vs_fedavg_large": [float(d[s] - acc["fedavg_large"][s]) for s in seeds],
@@ -289,8 +297,6 @@ def memory_accuracy(final: pd.DataFrame, memory: pd.DataFrame, best: tuple[Choic
 
     Methods at the same memory are drawn side by side (small horizontal offsets) with their own markers.
     """
-    device_of = {"fedavg_large": 0, "fedprox_large": 0, "clustered_large": 0, "fedavg_small": 1, "feddct": 1,
-                 "splitfed_large": 2, "fedgkt": 3}
     markers = {"fedavg_large": "o", "fedprox_large": "s", "clustered_large": "D", "fedavg_small": "v", "feddct": "*",
                "splitfed_large": "^", "fedgkt": "P"}
     sel = keep_best(final, best)
@@ -298,8 +304,8 @@ def memory_accuracy(final: pd.DataFrame, memory: pd.DataFrame, best: tuple[Choic
     fig, ax = plt.subplots(figsize=(8.6, 3.8))
     for m in METHODS:
         vals = sel[sel.method == m].budget_accuracy
-        peers = [p for p in METHODS if np.isclose(kb.iloc[device_of[p]], kb.iloc[device_of[m]])]
-        x = kb.iloc[device_of[m]] * (1 + 0.04 * (peers.index(m) - (len(peers) - 1) / 2))
+        peers = [p for p in METHODS if np.isclose(kb.iloc[DEVICE_ROW[p]], kb.iloc[DEVICE_ROW[m]])]
+        x = kb.iloc[DEVICE_ROW[m]] * (1 + 0.04 * (peers.index(m) - (len(peers) - 1) / 2))
         ax.errorbar(x, vals.mean(), yerr=vals.std(ddof=1) if len(vals) > 1 else 0.0, fmt=markers[m], ms=8,
                     color=COLOURS[m], capsize=3, label=LABELS[m])
     ax.set_xlim(0, 1.15 * kb.max())
