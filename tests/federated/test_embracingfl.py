@@ -272,3 +272,4 @@ def test_memory_model_matches_torch_within_one_percent(trained_layers):
 def test_memory_fractions_monotone_in_trained_layers():
     fractions = memory_fractions(linear_layers(mlp(64, [128, 128, 128, 64], 10)), batch_size=16)
     assert fractions[-1] == 1.0 and all(a < b for a, b in zip(fractions, fractions[1:]))
+

@@ -1,15 +1,21 @@
 """The EmbracingFL chapter: partial training of output-side layers against width reduction, over client mixes.
 
 :class:`EmbracingRun` is one seeded run, :func:`run` executes it and
-returns its record, :func:`sweep` runs every method, client mix
-and seed, :func:`claims` turns the records into the ledger's per-seed
-values; the figures and tables are the chapter's own.
+returns its record.  A :class:`Comparison` holds what every run shares;
+:func:`tune` runs every method at every value of one learning-rate grid on
+a tuning seed and keeps, per method, the value whose final model scores
+best on held-out training samples (``TaskSpec.validation_share``, never the
+test set; :mod:`repro.federated.tuning`); :func:`sweep` runs every method,
+client mix and seed at its chosen rate, and :func:`claims` turns the
+records into the ledger's per-seed values; the figures and tables are the
+chapter's own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -26,12 +32,15 @@ from repro.federated.runs import FederatedRun, execute, run_tables, summary_reco
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model
 from repro.federated.tiers import Tier, assign_tiers, count_step, linear_layers, step_memory
+from repro.federated.tuning import Choice, best_settings, validation_accuracy
 
 METHODS = ("all_strong", "strong_only", "heterofl", "fjord", "embracingfl")
 LABELS = {"all_strong": "FedAvg, all clients strong", "strong_only": "FedAvg, strong clients only",
           "heterofl": "HeteroFL", "fjord": "FjORD", "embracingfl": "EmbracingFL"}
 COLOURS = {"all_strong": "tab:gray", "strong_only": "tab:brown", "heterofl": "tab:orange", "fjord": "tab:green",
            "embracingfl": "tab:blue"}
+TUNING_METRIC = "validation_accuracy"
+"""What every method's learning rate is chosen on: the final global model's accuracy on the held-out samples."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,7 @@ class EmbracingRun(FederatedRun):
     baselines: WidthBaselines = WidthBaselines()
 
     methods: ClassVar[tuple[str, ...]] = METHODS
+    tuned: ClassVar[dict[str, str]] = {m: "sgd.lr" for m in METHODS}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -132,43 +142,109 @@ def build_strategy(job: EmbracingRun) -> tuple[SeededFedAvg, ClientApp]:
 
 
 def run(job: EmbracingRun) -> dict[str, Any]:
-    """Run ``job``; the record is :func:`repro.federated.runs.summary_record`'s with the mix and ``comm``.
+    """Run ``job``; the record is :func:`repro.federated.runs.summary_record`'s with the mix, ``comm`` and validation.
 
-    ``comm`` counts the scalars moved, both directions.
+    ``comm`` counts the scalars moved, both directions; ``validation_accuracy`` is
+    :func:`repro.federated.tuning.validation_accuracy` of the final global model (NaN when the task holds no
+    samples out).
     """
     strategy, app = build_strategy(job)
     hist = job.simulate(strategy, app)
-    assert strategy.comm is not None
-    return summary_record(job, RunSummary.of(hist), strong_share=job.strong_share, comm=strategy.comm.total)
+    assert strategy.comm is not None and hist.final_arrays is not None
+    valid = validation_accuracy(job.spec, hist.final_arrays) if job.spec.validation_share > 0 else float("nan")
+    return summary_record(job, RunSummary.of(hist), strong_share=job.strong_share, comm=strategy.comm.total,
+                          validation_accuracy=valid)
 
 
-def sweep(spec: TaskSpec, sgd: LocalSGD, plan: TierPlan, mixes: list[tuple[float, float]], steps: int, rounds: int,
-          active_clients: int, seeds: list[int], eval_every: int, workers: int = 1,
-          device: str = "cpu", baselines: WidthBaselines = WidthBaselines()) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every method on every client mix and seed (all-strong FedAvg once per seed: it ignores the mix).
+@dataclass(frozen=True)
+class Comparison:
+    """What every run of the chapter shares: task, local training (``sgd.lr`` is the default rate), tiers, schedule.
 
-    Every method trains at the same learning rate (``sgd``); ``baselines`` sets how HeteroFL and FjORD train.
+    Attributes
+    ----------
+    spec, sgd, plan
+        The task, the clients' local SGD and the tiers.
+    steps, rounds, active_clients, eval_every
+        Local steps per round, rounds, clients per round, evaluation period.
+    device
+        Where the clients train.
+    baselines
+        How HeteroFL and FjORD train.
+    """
+
+    spec: TaskSpec
+    sgd: LocalSGD
+    plan: TierPlan
+    steps: int
+    rounds: int
+    active_clients: int
+    eval_every: int
+    device: str = "cpu"
+    baselines: WidthBaselines = WidthBaselines()
+
+    def job(self, method: str, lr: float, mix: tuple[float, float], seed: int, progress: str | None) -> EmbracingRun:
+        """One run of ``method`` at learning rate ``lr`` in the ``(strong, moderate)`` mix."""
+        return EmbracingRun(method, self.spec, dataclasses.replace(self.sgd, lr=lr), self.steps, self.rounds, seed,
+                            active_clients=self.active_clients, eval_every=self.eval_every, device=self.device,
+                            progress=progress, strong_share=mix[0], moderate_share=mix[1], plan=self.plan,
+                            baselines=self.baselines)
+
+    def jobs(self, lr_of: dict[str, Sequence[float]], mixes: Sequence[tuple[float, float]], seeds: Sequence[int],
+             workers: int) -> list[EmbracingRun]:
+        """Every method at each of its rates on every mix and seed (all-strong FedAvg once per seed and rate)."""
+        out = []
+        for seed in seeds:
+            for m in METHODS:
+                for lr in lr_of[m]:
+                    for mix in ([(1.0, 0.0)] if m == "all_strong" else mixes):
+                        out.append(self.job(m, lr, mix, seed, None if workers > 1 else
+                                            f"{m} lr={lr:g} strong={mix[0]} seed={seed}"))
+        return out
+
+
+RUN_COLUMNS = ("method", "setting", "strong_share", "seed", "accuracy", "budget_accuracy", "validation_accuracy", "comm")
+
+
+def tune(comparison: Comparison, mix: tuple[float, float], lrs: Sequence[float], seed: int,
+         workers: int = 1) -> tuple[tuple[Choice, ...], pd.DataFrame]:
+    """Every method's learning rate: the grid value whose final model scores best on the held-out samples.
+
+    Every method runs at every value of ``lrs`` in ``mix`` on the tuning ``seed`` (a seed the sweep does not
+    report); :func:`repro.federated.tuning.best_settings` picks the value with the best
+    :data:`TUNING_METRIC` (the smallest on ties).  A one-value grid runs nothing and chooses it.
+
+    Returns
+    -------
+    choices : tuple of Choice
+        One per method.
+    runs : DataFrame
+        The tuning runs, :data:`RUN_COLUMNS` (empty for a one-value grid).
+    """
+    grid = sorted(float(v) for v in lrs)
+    if len(grid) == 1:
+        return tuple(Choice(m, grid[0], float("nan"), tuple(grid)) for m in METHODS), pd.DataFrame(columns=RUN_COLUMNS)
+    if comparison.spec.validation_share <= 0:
+        raise ValueError("parameter 'comparison': tuning needs held-out samples (spec.validation_share > 0)")
+    done = execute(run, comparison.jobs({m: grid for m in METHODS}, [mix], [seed], workers),
+                   workers, desc="EmbracingFL tuning")
+    runs = pd.DataFrame([{c: r[c] for c in RUN_COLUMNS} for r in done])
+    return best_settings(runs, TUNING_METRIC), runs
+
+
+def sweep(comparison: Comparison, mixes: list[tuple[float, float]], seeds: list[int], lr_of: dict[str, float],
+          workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every method on every client mix and seed at its rate ``lr_of[method]`` (all-strong FedAvg once per seed).
 
     Returns
     -------
     final : DataFrame
-        One row per run: ``method, strong_share, seed, accuracy, budget_accuracy, comm``.
+        One row per run: :data:`RUN_COLUMNS` (``setting`` is the learning rate).
     curves : DataFrame
         ``method, strong_share, seed, round, accuracy`` at every evaluation.
     """
-    def job(method: str, strong: float, moderate: float, seed: int, progress: str | None = None) -> EmbracingRun:
-        return EmbracingRun(method, spec, sgd, steps, rounds, seed, active_clients=active_clients,
-                            eval_every=eval_every, device=device, progress=progress, strong_share=strong,
-                            moderate_share=moderate, plan=plan, baselines=baselines)
-
-    jobs = []
-    for seed in seeds:
-        jobs.append(job("all_strong", 1.0, 0.0, seed))
-        jobs += [job(m, strong, moderate, seed, None if workers > 1 else f"{m} strong={strong} seed={seed}")
-                 for strong, moderate in mixes for m in METHODS if m != "all_strong"]
+    jobs = comparison.jobs({m: [lr_of[m]] for m in METHODS}, mixes, seeds, workers)
     done = execute(run, jobs, workers, desc="EmbracingFL comparison")
-    return run_tables(done, ("method", "strong_share", "seed", "accuracy", "budget_accuracy", "comm"),
-                      keys=("method", "strong_share", "seed"))
+    return run_tables(done, RUN_COLUMNS, keys=("method", "strong_share", "seed"))
 
 
 def mix_rows(final: pd.DataFrame, strong_share: float) -> pd.DataFrame:
@@ -259,7 +335,7 @@ def accuracy_bars(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> plt.
 
 
 def summary_table(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> pd.DataFrame:
-    """Accuracy (mean ± sd over seeds) per method and mix, and communication relative to all-strong FedAvg."""
+    """Learning rate, accuracy (mean ± sd over seeds) per method and mix, and communication relative to all-strong FedAvg."""
     base = final[final.method == "all_strong"].set_index("seed").comm
     rows = []
     for strong, moderate in mixes:
@@ -267,7 +343,8 @@ def summary_table(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> pd.D
         for m in METHODS:
             r = sel[sel.method == m]
             rows.append({"strong / moderate / weak": f"{strong:.0%} / {moderate:.0%} / {1 - strong - moderate:.0%}",
-                         "method": LABELS[m], "accuracy (%)": mean_sd(r.budget_accuracy),
+                         "method": LABELS[m], "lr": ", ".join(f"{v:g}" for v in sorted(r.setting.unique())),
+                         "accuracy (%)": mean_sd(r.budget_accuracy),
                          "communication vs all-strong": f"{np.mean([c / base[s] for s, c in zip(r.seed, r.comm)]):.2f}×",
                          "seeds": len(r)})
     return pd.DataFrame(rows)
