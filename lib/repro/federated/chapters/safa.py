@@ -216,7 +216,7 @@ def accuracy_curves(curves: pd.DataFrame, alphas: list[float]) -> plt.Figure:
 def period_curves(periods: pd.DataFrame, alphas: list[float]) -> plt.Figure:
     """SAFA's period ``u`` at every round, one step line per seed, one panel per label concentration.
 
-    FedDC's fixed ``u`` is dotted; later seeds are drawn thinner over earlier ones, so that seeds with the
+    FedDC's fixed ``u`` is dotted; later seeds are drawn lighter and thinner over earlier ones, so that seeds with the
     same ``u`` stay visible.  The pulls fall on rounds that are multiples of the ``u`` in force.
     """
     fig, axes = plt.subplots(1, len(alphas), figsize=(5.6 * len(alphas), 3.2), squeeze=False, sharey=True)
@@ -224,8 +224,9 @@ def period_curves(periods: pd.DataFrame, alphas: list[float]) -> plt.Figure:
     for ax, alpha in zip(axes[0], alphas):
         sel = periods[np.isclose(periods.alpha, alpha)]
         for i, (seed, g) in enumerate(sel[sel.method == "safa"].groupby("seed")):
-            ax.step(g["round"], g.period, where="post", color=_COLOURS["safa"], ls=styles[i % len(styles)],
-                    lw=max(3.2 - 0.9 * i, 0.8), label=f"SAFA, seed {seed}")  # thinner on top: equal seeds stay visible
+            ax.step(g["round"], g.period, where="post", color=plt.cm.Blues(max(0.9 - 0.25 * i, 0.3)),
+                    ls=styles[i % len(styles)], lw=max(3.2 - 0.9 * i, 0.8),
+                    label=f"SAFA, seed {seed}")  # lighter and thinner on top: equal seeds stay visible
         dc = sel[sel.method == "feddc"]
         if not dc.empty:
             g = dc[dc.seed == dc.seed.min()]
