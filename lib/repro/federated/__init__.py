@@ -43,6 +43,8 @@ Algorithms, one module each:
 - :mod:`repro.federated.hierfavg`: HierFAVG, client-edge-cloud aggregation composed from Flower's FedAvg.
 - :mod:`repro.federated.sfetec`: SFETEC's split training over edges, SplitFed, and their cost model.
 - :mod:`repro.federated.feddct`: FedDCT's divide-and-co-train ensemble and its cluster strategy on Flower.
+- :mod:`repro.federated.fedgkt`: FedGKT's group knowledge transfer (per-client extractor and head, a server
+  model trained on their features, distillation both ways) as a Flower strategy and client.
 - :mod:`repro.federated.feddf`: labelled/unlabelled splits and server-side distillation (FedDF).
 - :mod:`repro.federated.ondevice_kd`: on-device KD's two-model rounds (auxiliary and large model, one
   Flower strategy), with its baselines as recipes.
