@@ -36,7 +36,7 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
 from repro.devices import resolve_device
-from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, local_sgd
+from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, from_array, local_sgd
 from repro.federated.features import last_layer_updates, row_normalised
 from repro.federated.kd import kd_loss
 from repro.federated.task import TaskSpec
@@ -155,7 +155,7 @@ class CADIS(FlowerPolicyFedAvg):
 
     def payload(self, server_round: int, arrays: ArrayRecord) -> tuple[ArrayRecord, list[str]]:
         """FedAvg's payload; remembers the sent classifier weight to form the updates."""
-        self._sent = arrays[self.last_layer].numpy().copy()
+        self._sent = from_array(arrays[self.last_layer])
         return super().payload(server_round, arrays)
 
     def remembered_clusters(self, pids: list[int]) -> np.ndarray:

@@ -373,7 +373,7 @@ def begin_round(spec: TaskSpec, msg: Message, context: Context, data: DataFn = c
         if LOCAL_STATE_KEY not in context.state:
             raise RuntimeError(f"client {pid} has no local state but received only {sorted(received)}")
         local = context.state[LOCAL_STATE_KEY]
-        set_weights(model, {k: local[k].numpy() for k in missing})
+        set_weights(model, {k: from_array(local[k]) for k in missing})
     set_weights(model, {k: v for k, v in received.items() if k in names})
     x, y = data(spec, pid)
     return ClientRound(pid, cfg, received, model, x, y, LocalSettings.read(cfg, context, pid))

@@ -37,7 +37,7 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from tqdm import tqdm
 
-from repro.federated.client import from_arrayrecord, to_arrayrecord
+from repro.federated.client import from_array, from_arrayrecord, to_arrayrecord
 from repro.federated.deployment import run_deployed
 from repro.federated.strategies import SeededFedAvg, discover_partitions
 from repro.federated.task import TaskSpec, build_model, evaluate, load_task_data
@@ -278,7 +278,7 @@ def run_federated(
 
 def snapshot(arrays: ArrayRecord) -> dict[str, np.ndarray]:
     """Numpy copy of an ``ArrayRecord`` (for comparing runs)."""
-    return {k: v.numpy().copy() for k, v in arrays.items()}
+    return {k: from_array(v) for k, v in arrays.items()}
 
 
 # ----- around a run -----------------------------------------------------------------------

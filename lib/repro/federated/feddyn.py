@@ -25,6 +25,7 @@ from repro.federated.client import (
     begin_round,
     client_app_with,
     finish_round,
+    from_array,
     from_arrayrecord,
     penalised_sgd,
     to_arrayrecord,
@@ -100,7 +101,7 @@ class FedDyn(SeededFedAvg):
             return arrays, metrics
         mean = from_arrayrecord(arrays)
         for k, x in self._sent.items():
-            total = sum(m.content["arrays"][k].numpy().astype(np.float64) - x.astype(np.float64) for m in replies)
+            total = sum(from_array(m.content["arrays"][k]).astype(np.float64) - x.astype(np.float64) for m in replies)
             self.h[k] = self.h[k] - self.alpha / self.num_clients * total
         return to_arrayrecord({k: (mean[k].astype(np.float64) - self.h[k] / self.alpha).astype(mean[k].dtype)
                                for k in mean}), metrics

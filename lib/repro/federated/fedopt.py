@@ -19,6 +19,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvgM, FedYogi
 
+from repro.federated.client import from_array
 from repro.federated.strategies import SeededFedAvg
 
 
@@ -37,7 +38,7 @@ class SeededServerOptimiser(SeededFedAvg):
             if self.current_arrays is None:
                 self.current_arrays = arrays
         else:
-            self.current_arrays = {k: a.numpy() for k, a in arrays.items()}
+            self.current_arrays = {k: from_array(a) for k, a in arrays.items()}
         return super().configure_train(server_round, arrays, config, grid)
 
 

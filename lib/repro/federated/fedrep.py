@@ -29,6 +29,7 @@ from repro.federated.client import (
     client_app_with,
     client_data,
     finish_round,
+    from_array,
     from_arrayrecord,
     to_arrayrecord,
     train_locally,
@@ -100,7 +101,7 @@ def train_fedrep(spec: TaskSpec, msg: Message, context: Context, data: DataFn = 
     rnd = begin_round(spec, msg, context, data)
     head = set(head_keys(list(rnd.model.state_dict())))
     if own is not None:  # the client's personal head replaces the shared one it received
-        set_weights(rnd.model, {k: own[k].numpy() for k in head})
+        set_weights(rnd.model, {k: from_array(own[k]) for k in head})
     head_steps = int(rnd.config["head-steps"]) if "head-steps" in rnd.config else int(
         context.run_config.get("head-steps", 0))
     params = dict(rnd.model.named_parameters())

@@ -28,6 +28,7 @@ from repro.federated.client import (
     begin_round,
     client_app_with,
     finish_round,
+    from_array,
     from_arrayrecord,
     penalised_sgd,
     to_arrayrecord,
@@ -125,6 +126,6 @@ class SCAFFOLD(SeededFedAvg):
         if arrays is None:
             return arrays, metrics
         for k in self.c:
-            total = sum(m.content["arrays"][DELTA_CV + k].numpy().astype(np.float64) for m in replies)
+            total = sum(from_array(m.content["arrays"][DELTA_CV + k]).astype(np.float64) for m in replies)
             self.c[k] = (self.c[k].astype(np.float64) + total / self.num_clients).astype(self.c[k].dtype)
         return ArrayRecord({k: v for k, v in arrays.items() if not k.startswith(DELTA_CV)}), metrics
