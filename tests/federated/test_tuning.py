@@ -8,7 +8,7 @@ import pytest
 
 from repro.federated.engine import initial_arrays
 from repro.federated.task import TaskSpec, load_task_data
-from repro.federated.tuning import best_settings, chosen, held_out, keep_best, validation_accuracy
+from repro.federated.tuning import Choice, best_settings, chosen, grid_end_note, held_out, keep_best, validation_accuracy
 
 NAN = float("nan")
 
@@ -28,6 +28,16 @@ def test_the_best_mean_over_seeds_wins_not_the_best_single_seed():
     assert chosen(choices) == {"feddyn": 0.1, "fedprox": 1.0}
     prox = next(c for c in choices if c.method == "fedprox")
     assert prox.score == pytest.approx(81.5) and prox.grid == (0.1, 1.0)
+
+
+def test_a_choice_at_an_end_of_its_grid_is_named():
+    grid = (0.1, 0.2, 0.4)
+    low, mid, high = (Choice("m", v, 0.0, grid) for v in grid)
+    assert (low.grid_end, mid.grid_end, high.grid_end) == ("lowest", "", "highest")
+    assert Choice("m", 0.1, 0.0, (0.1,)).grid_end == ""  # a one-value grid tuned nothing
+    assert grid_end_note([mid], {"m": "M"}) == ""
+    note = grid_end_note([low, Choice("n", 0.4, 0.0, grid)], {"m": "M"})
+    assert "M (lowest, 0.1)" in note and "n (highest, 0.4)" in note
 
 
 def test_keep_best_drops_the_values_not_chosen_and_keeps_untuned_methods():

@@ -162,7 +162,8 @@ def tuning_table(final: pd.DataFrame, best: Sequence[Choice], labels: dict[str, 
 
     The value chosen on ``metric`` is the one the claims use; the value the
     test accuracy at the budget would have chosen is shown beside it, so a
-    reader sees where tuning on the test set would have differed.
+    reader sees where tuning on the test set would have differed, and a last
+    column says when the choice is the grid's lowest or highest value.
     """
     order = list(labels)
     rows = []
@@ -171,5 +172,6 @@ def tuning_table(final: pd.DataFrame, best: Sequence[Choice], labels: dict[str, 
         rows.append({"method": labels.get(c.method, c.method),
                      "validation accuracy per value (%)": ", ".join(f"{v:g}: {a:.1f}" for v, a in g[metric].items()),
                      "test accuracy per value (%)": ", ".join(f"{v:g}: {a:.1f}" for v, a in g.budget_accuracy.items()),
-                     "chosen on validation": f"{c.value:g}", "best on test": f"{g.budget_accuracy.idxmax():g}"})
+                     "chosen on validation": f"{c.value:g}", "best on test": f"{g.budget_accuracy.idxmax():g}",
+                     "end of the grid": c.grid_end})
     return pd.DataFrame(rows)

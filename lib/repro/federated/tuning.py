@@ -63,6 +63,17 @@ class Choice:
     condition: tuple[tuple[str, float], ...] = ()
     failed: tuple[float, ...] = ()
 
+    @property
+    def grid_end(self) -> str:
+        """``"lowest"`` or ``"highest"`` when the choice is an end of a grid of two or more values, else ``""``.
+
+        A choice at an end says the grid may not bracket the method's best
+        value: a wider grid might move it.
+        """
+        if len(self.grid) < 2:
+            return ""
+        return "lowest" if self.value == self.grid[0] else "highest" if self.value == self.grid[-1] else ""
+
 
 def best_settings(final: pd.DataFrame, metric: str, by: Sequence[str] = (),
                   failed: str | None = None) -> tuple[Choice, ...]:
@@ -122,6 +133,22 @@ def best_settings(final: pd.DataFrame, metric: str, by: Sequence[str] = (),
             choices.append(Choice(method, float(best), float(means[best]), tuple(float(v) for v in grids[method]),
                                   condition, tuple(float(v) for v in lost.index[lost])))
     return tuple(choices)
+
+
+def grid_end_note(choices: Sequence[Choice], labels: dict[str, str]) -> str:
+    """A sentence naming the methods whose choice is an end of their grid, or ``""`` when none is.
+
+    Parameters
+    ----------
+    choices
+        The choices of :func:`best_settings`.
+    labels
+        Method -> the name the chapter prints.
+    """
+    ends = [f"{labels.get(c.method, c.method)} ({c.grid_end}, {c.value:g})" for c in choices if c.grid_end]
+    if not ends:
+        return ""
+    return f"The choice lies at an end of the grid for {', '.join(ends)}: a wider grid might move it."
 
 
 def chosen(choices: Sequence[Choice], **condition: float) -> dict[str, float]:
