@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from repro.federated.client import ClientRound, LocalSettings, LocalSGD, make_client_app
+from repro.federated.client import ClientRound, LocalSettings, LocalSGD, make_client_app, train_locally
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.fjord import (
     AUTHORS_DISTILLATION,
@@ -18,6 +20,8 @@ from repro.federated.fjord import (
     train_ordered_dropout,
 )
 from repro.federated.heterofl import (
+    HeteroFLTraining,
+    LabelMask,
     WidthReduced,
     WidthScaler,
     make_heterofl_client_app,
@@ -165,6 +169,80 @@ def test_scaler_leaves_the_output_layer_alone():
     # one hidden layer: the logits are the last layer applied to 4x the hidden output, not 4x the logits
     torch.testing.assert_close(scaled, model.fc1(hidden / 0.25))
     assert not torch.allclose(scaled, model(x) / 0.25)
+
+
+def test_masked_loss_matches_a_hand_computation_with_absent_logits_at_zero():
+    torch.manual_seed(0)
+    model, x, y = mlp(3, [5], 4), torch.randn(3, 3), torch.tensor([0, 2, 2])
+    model.train()
+    raw = model(x).detach().double()
+    with LabelMask(model, [0, 2]):
+        masked = torch.nn.functional.cross_entropy(model(x), y).item()
+    # classes 1 and 3 are absent: their logits are 0, so each contributes exp(0) = 1 to the partition function
+    by_hand = np.mean([math.log(math.exp(raw[i, 0]) + math.exp(raw[i, 2]) + 2.0) - float(raw[i, y[i]]) for i in range(3)])
+    assert masked == pytest.approx(by_hand, rel=1e-6)
+    # the authors zero the absent logits rather than drop them: not the cross-entropy over classes 0 and 2 alone
+    dropped = torch.nn.functional.cross_entropy(raw[:, [0, 2]], torch.tensor([0, 1, 1])).item()
+    assert abs(masked - dropped) > 1e-3
+
+
+def test_mask_with_every_class_present_or_at_evaluation_is_plain_cross_entropy():
+    torch.manual_seed(0)
+    model, x = mlp(3, [5], 4), torch.randn(6, 3)
+    model.train()
+    plain = model(x)
+    with LabelMask(model, np.arange(4)):
+        torch.testing.assert_close(model(x), plain, rtol=0, atol=0)
+    with LabelMask(model, [1]):
+        assert torch.count_nonzero(model(x)[:, [0, 2, 3]]) == 0
+        model.eval()
+        torch.testing.assert_close(model(x), plain, rtol=0, atol=0)  # the global model is evaluated unmasked
+        model.train()
+    torch.testing.assert_close(model(x), plain, rtol=0, atol=0)  # hook removed on exit
+
+
+def client_round(y: np.ndarray, seed: int = 0) -> ClientRound:
+    torch.manual_seed(seed)
+    x = np.random.default_rng(seed).normal(size=(len(y), 6)).astype(np.float32)
+    return ClientRound(0, ConfigRecord({}), {}, mlp(6, [8, 4], 5), x, y.astype(np.int64),
+                       LocalSettings(steps=4, batch_size=8, lr=0.1, momentum=0.9, seed=seed))
+
+
+def test_masked_client_leaves_output_rows_of_absent_classes_unchanged():
+    rnd = client_round(np.array([0, 3] * 10))
+    before = {k: v.detach().clone() for k, v in rnd.model.state_dict().items()}
+    HeteroFLTraining(scaler=True, masked_ce=True)(rnd, 0.5)
+    after = rnd.model.state_dict()
+    absent, present = [1, 2, 4], [0, 3]
+    torch.testing.assert_close(after["fc2.weight"][absent], before["fc2.weight"][absent], rtol=0, atol=0)
+    torch.testing.assert_close(after["fc2.bias"][absent], before["fc2.bias"][absent], rtol=0, atol=0)
+    assert not torch.equal(after["fc2.weight"][present], before["fc2.weight"][present])
+    # without the mask, the absent classes' rows are pushed down
+    plain = client_round(np.array([0, 3] * 10))
+    HeteroFLTraining(scaler=True)(plain, 0.5)
+    assert not torch.equal(plain.model.state_dict()["fc2.weight"][absent], before["fc2.weight"][absent])
+
+
+@pytest.mark.parametrize("scaler", [False, True])
+def test_unmasked_client_trains_as_before_bit_for_bit(scaler):
+    labels = np.array([0, 1, 3] * 8)
+    option, reference = client_round(labels), client_round(labels)
+    option_loss = HeteroFLTraining(scaler=scaler, masked_ce=False)(option, 0.5)
+    if scaler:
+        with WidthScaler(reference.model, 0.5):
+            reference_loss = train_locally(reference.model, reference.x, reference.y, reference.settings)
+    else:
+        reference_loss = train_locally(reference.model, reference.x, reference.y, reference.settings)
+    assert option_loss == reference_loss
+    for k, v in reference.model.state_dict().items():
+        torch.testing.assert_close(option.model.state_dict()[k], v, rtol=0, atol=0)
+
+
+def test_masked_heterofl_at_full_width_differs_from_fedavg_on_skewed_clients():
+    fedavg = final_weights(SeededFedAvg(3, LOCAL, seed=1), make_client_app(SPEC, {"seed": 1}))
+    masked = final_weights(WidthReduced(3, LOCAL, [STRONG] * SPEC.num_clients, seed=1),
+                           make_heterofl_client_app(SPEC, {"seed": 1}, masked_ce=True))
+    assert any(not np.allclose(fedavg[k], masked[k], rtol=1e-5, atol=1e-6) for k in fedavg)
 
 
 def test_distillation_term_vanishes_when_widths_agree():

@@ -11,9 +11,10 @@ HeteroFL's scaler (:class:`WidthScaler`, on with ``scaler=True`` in
 :func:`make_heterofl_client_app`) divides every hidden layer's output by
 ``r`` while a width-``r`` client trains and does nothing at evaluation, so
 the wide global model is evaluated as it is.  The MLP has no normalisation
-layers, so HeteroFL's static batch norm does not arise; its masked
-cross-entropy (logits of classes a client lacks set to zero, used in its
-non-IID runs) is left out.  The same server serves FjORD
+layers, so HeteroFL's static batch norm does not arise.  Its masked
+cross-entropy (:class:`LabelMask`, on with ``masked_ce=True``) sets the
+logits of the classes a client's local data lacks to zero while it trains;
+the global model is evaluated unmasked.  The same server serves FjORD
 (:mod:`repro.federated.fjord`), whose clients differ only in how they train.
 
 Communication is counted with :class:`~repro.federated.comm.CommLedger`,
@@ -22,6 +23,7 @@ one entry per array and width (``"fc1.weight@0.5"``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import Callable, Iterable, Sequence
@@ -222,17 +224,81 @@ class WidthScaler:
         self.remove()
 
 
-def train_scaled(rnd: ClientRound, ratio: float) -> float:
-    """Local SGD on a width-``ratio`` slice with HeteroFL's scaler on (:class:`WidthScaler`)."""
-    with WidthScaler(rnd.model, ratio):
-        return train_locally(rnd.model, rnd.x, rnd.y, rnd.settings)
+class LabelMask:
+    """HeteroFL's masked cross-entropy: in training mode the logits of classes outside ``labels`` are set to zero.
 
+    The authors' models (``src/models/conv.py``) fill the output entries of
+    every class missing from the client's label set with zero before the
+    cross-entropy, when the ``mask`` switch of their ``control_name`` is on;
+    the label set is that of the client's whole local training split, fixed
+    for all its batches.  Zeroed logits carry no gradient, so the output
+    layer's rows of absent classes receive none, yet they still enter the
+    softmax with logit zero.  Here a forward hook on the last linear layer
+    does it while the module trains; at evaluation the logits pass through.
+    A context manager: the hook is removed on exit.
 
-def make_heterofl_client_app(spec: TaskSpec, run_config: dict | None = None, scaler: bool = False) -> ClientApp:
-    """The HeteroFL ``ClientApp``: local SGD on the received slice, with the authors' scaler if ``scaler``.
-
-    ``scaler=False`` trains the slice with plain SGD (the scaler left out).
+    Parameters
+    ----------
+    model
+        The client's model (its last ``torch.nn.Linear`` gives the logits).
+    labels
+        The classes present in the client's local data.
     """
-    trainer = train_scaled if scaler else None
-    return client_app_with(lambda msg, context: train_width(spec, msg, context, trainer), run_config)
 
+    def __init__(self, model: torch.nn.Module, labels: Sequence[int] | np.ndarray) -> None:
+        output = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+        present = torch.zeros(output.out_features, dtype=torch.bool)
+        present[torch.as_tensor(np.asarray(labels, dtype=np.int64))] = True
+        self.present = present
+        self._handle: torch.utils.hooks.RemovableHandle | None = output.register_forward_hook(self._mask)
+
+    def _mask(self, module: torch.nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
+        return out.masked_fill(~self.present.to(out.device), 0.0) if module.training else out
+
+    def remove(self) -> None:
+        """Detach the hook."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def __enter__(self) -> LabelMask:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+@dataclasses.dataclass(frozen=True)
+class HeteroFLTraining:
+    """How a HeteroFL client trains its slice: local SGD with the authors' options.
+
+    Attributes
+    ----------
+    scaler
+        Divide hidden outputs by the width ratio while training (:class:`WidthScaler`).
+    masked_ce
+        Zero the logits of classes absent from the client's local data while training (:class:`LabelMask`).
+    """
+
+    scaler: bool = False
+    masked_ce: bool = False
+
+    def __call__(self, rnd: ClientRound, ratio: float) -> float:
+        """Train ``rnd.model`` (a width-``ratio`` slice) in place; the mean training loss."""
+        with contextlib.ExitStack() as hooks:
+            if self.scaler:
+                hooks.enter_context(WidthScaler(rnd.model, ratio))
+            if self.masked_ce:
+                hooks.enter_context(LabelMask(rnd.model, np.unique(rnd.y)))
+            return train_locally(rnd.model, rnd.x, rnd.y, rnd.settings)
+
+
+def make_heterofl_client_app(spec: TaskSpec, run_config: dict | None = None, scaler: bool = False,
+                             masked_ce: bool = False) -> ClientApp:
+    """The HeteroFL ``ClientApp``: local SGD on the received slice, with the authors' scaler and masked cross-entropy.
+
+    With both off the slice trains with plain SGD (:func:`~repro.federated.client.train_locally`).
+    """
+    training = HeteroFLTraining(scaler, masked_ce)
+    trainer = training if (scaler or masked_ce) else None
+    return client_app_with(lambda msg, context: train_width(spec, msg, context, trainer), run_config)

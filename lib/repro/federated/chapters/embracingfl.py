@@ -78,17 +78,21 @@ class WidthBaselines:
     scaler
         HeteroFL's scaler (:class:`repro.federated.heterofl.WidthScaler`): hidden outputs divided by the
         width ratio while a client trains.
+    masked_ce
+        HeteroFL's masked cross-entropy (:class:`repro.federated.heterofl.LabelMask`): logits of classes absent
+        from a client's local data set to zero while it trains.
     distillation
         FjORD's self-distillation (:class:`repro.federated.fjord.SelfDistillation`), ``None`` for none.
     """
 
     scaler: bool = True
     distillation: SelfDistillation | None = AUTHORS_DISTILLATION
+    masked_ce: bool = True
 
     @classmethod
-    def of(cls, scaler: bool, self_distillation: bool) -> WidthBaselines:
-        """The chapter's switches: the scaler, and self-distillation with the authors' constants or none."""
-        return cls(scaler, AUTHORS_DISTILLATION if self_distillation else None)
+    def of(cls, scaler: bool, self_distillation: bool, masked_ce: bool) -> WidthBaselines:
+        """The chapter's switches: the scaler, self-distillation with the authors' constants or none, masked CE."""
+        return cls(scaler, AUTHORS_DISTILLATION if self_distillation else None, masked_ce)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +108,7 @@ class EmbracingRun(FederatedRun):
     plan
         The tiers.
     baselines
-        HeteroFL's scaler and FjORD's self-distillation (default: on, as the papers run them).
+        HeteroFL's scaler and masked cross-entropy, FjORD's self-distillation (default: on, as the papers run them).
     """
 
     strong_share: float
@@ -137,7 +141,7 @@ def build_strategy(job: EmbracingRun) -> tuple[SeededFedAvg, ClientApp]:
         return PartialTraining(k, local, tiers, seed=job.seed), make_partial_client_app(job.spec, cfg)
     fjord = job.method == "fjord"
     app = (make_fjord_client_app(job.spec, cfg, job.baselines.distillation) if fjord
-           else make_heterofl_client_app(job.spec, cfg, job.baselines.scaler))
+           else make_heterofl_client_app(job.spec, cfg, job.baselines.scaler, job.baselines.masked_ce))
     return WidthReduced(k, local, tiers, seed=job.seed, ordered_dropout=fjord), app
 
 
