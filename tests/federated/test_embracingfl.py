@@ -20,6 +20,7 @@ from repro.federated.fjord import (
     train_ordered_dropout,
 )
 from repro.federated.heterofl import (
+    LABEL_SPLIT_KEY,
     HeteroFLTraining,
     LabelMask,
     WidthReduced,
@@ -32,7 +33,7 @@ from repro.federated.heterofl import (
 from repro.federated.kd import kd_loss
 from repro.federated.partial import PartialTraining, layerwise_average, make_partial_client_app, output_side_keys
 from repro.federated.strategies import SeededFedAvg
-from repro.federated.task import TaskSpec, build_model
+from repro.federated.task import TaskSpec, build_model, load_task_data
 from repro.federated.tiers import Tier, assign_tiers, linear_layers, measure_step_memory, memory_fractions, step_memory
 from repro.models import mlp
 
@@ -110,6 +111,43 @@ def test_nested_average_covers_slices_only():
     out = nested_average(current, [half], [5])
     assert out["fc0.weight"][:2].min() == 1 and out["fc0.weight"][2:].max() == 0
     assert out["fc1.weight"][:, :2].min() == 1 and out["fc1.weight"][:, 2:].max() == 0
+
+
+def test_masked_clients_count_only_towards_the_output_rows_of_their_classes():
+    """HeteroFL's server averages a class's output row over the clients that hold the class, the rest as before."""
+    current = {"fc0.weight": np.zeros((2, 3)), "fc1.weight": np.zeros((3, 2)), "fc1.bias": np.full(3, 9.0)}
+    a = {k: np.full(v.shape, 1.0) for k, v in current.items()}
+    b = {k: np.full(v.shape, 4.0) for k, v in current.items()}
+    holds_0, holds_0_1 = np.array([1, 0, 0]), np.array([1, 1, 0])
+    out = nested_average(current, [a, b], [1.0, 3.0], [holds_0, holds_0_1])
+    np.testing.assert_allclose(out["fc0.weight"], (1 + 3 * 4) / 4)  # hidden layers: every client counts
+    np.testing.assert_allclose(out["fc1.weight"][0], (1 + 3 * 4) / 4)  # class 0: both hold it
+    np.testing.assert_allclose(out["fc1.weight"][1], 4.0)  # class 1: only b
+    np.testing.assert_allclose(out["fc1.bias"], [(1 + 3 * 4) / 4, 4.0, 9.0])  # class 2: nobody, kept
+    every = nested_average(current, [a, b], [1.0, 3.0], [np.ones(3, int), None])
+    plain = nested_average(current, [a, b], [1.0, 3.0])
+    assert all(np.array_equal(every[k], plain[k]) for k in plain)  # all classes present: the plain average
+
+
+def test_a_masked_client_reports_the_classes_its_data_holds():
+    spec = TaskSpec(dataset="digits", num_clients=4, scheme="dirichlet", alpha=0.1, hidden=(8,), n_train=200)
+    strategy = WidthReduced(4, LocalSGD(8, 0.1, 0.0).config(2), [Tier("weak", 1, 0.5)] * 4, seed=0)
+    seen: list[dict] = []
+    aggregate = strategy.aggregate_train
+
+    def spy(server_round, replies):
+        replies = list(replies)
+        seen.extend({"pid": int(m.content["metrics"]["partition-id"]),
+                     "split": m.content["arrays"][LABEL_SPLIT_KEY].numpy()} for m in replies)
+        return aggregate(server_round, replies)
+
+    strategy.aggregate_train = spy
+    run_federated(strategy, make_heterofl_client_app(spec, masked_ce=True), 4, initial_arrays(spec, 0), 1,
+                  central_evaluator(spec), [1])
+    ds, parts = load_task_data(spec)
+    assert len(seen) == 4
+    for r in seen:
+        assert r["split"].tolist() == np.isin(np.arange(ds.num_classes), ds.y_train[parts[r["pid"]]]).astype(int).tolist()
 
 
 def test_ordered_dropout_masks_late_units():

@@ -14,7 +14,9 @@ the wide global model is evaluated as it is.  The MLP has no normalisation
 layers, so HeteroFL's static batch norm does not arise.  Its masked
 cross-entropy (:class:`LabelMask`, on with ``masked_ce=True``) sets the
 logits of the classes a client's local data lacks to zero while it trains;
-the global model is evaluated unmasked.  The same server serves FjORD
+such a client also sends its label set, and the server averages each
+class's output row only over the clients that hold the class, as the
+authors' server does.  The global model is evaluated unmasked.  The same server serves FjORD
 (:mod:`repro.federated.fjord`), whose clients differ only in how they train.
 
 Communication is counted with :class:`~repro.federated.comm.CommLedger`,
@@ -52,6 +54,8 @@ from repro.models import get_weights
 
 WIDTH_KEY = "width"
 """Config key carrying a client's width ratio."""
+LABEL_SPLIT_KEY = "label-split"
+"""Reply array of a masked-cross-entropy client: 1 for each class its local data holds, 0 otherwise."""
 
 
 def slice_units(units: int, ratio: float) -> int:
@@ -86,16 +90,40 @@ def slice_weights(weights: dict[str, np.ndarray], ratio: float) -> dict[str, np.
 
 
 def nested_average(current: dict[str, np.ndarray], slices: Sequence[dict[str, np.ndarray]],
-                   counts: Sequence[float]) -> dict[str, np.ndarray]:
-    """Average every entry over the slices that hold it, weighted by ``counts``; uncovered entries keep ``current``."""
+                   counts: Sequence[float], label_splits: Sequence[np.ndarray | None] | None = None,
+                   ) -> dict[str, np.ndarray]:
+    """Average every entry over the slices that hold it, weighted by ``counts``; uncovered entries keep ``current``.
+
+    Parameters
+    ----------
+    current
+        The global arrays.
+    slices
+        Each client's trained slice (the leading block of every array).
+    counts
+        Each client's weight (its sample count).
+    label_splits
+        Per client, ``None`` or a 0/1 vector over the classes: a client with a
+        vector counts only towards the output layer's rows of the classes it
+        holds, as HeteroFL's server combines the rows of masked clients (the
+        authors' ``fed.py``, ``combine``).  Without it every client counts for
+        every row it holds.
+    """
+    output_keys = set(layer_groups(list(current))[-1])
+    splits = list(label_splits) if label_splits is not None else [None] * len(slices)
     out = {}
     for k, base in current.items():
         total = np.zeros(base.shape, dtype=np.float64)
         weight = np.zeros(base.shape, dtype=np.float64)
-        for arrays, n in zip(slices, counts):
+        for arrays, n, split in zip(slices, counts, splits):
             block = tuple(slice(0, d) for d in arrays[k].shape)
-            total[block] += n * arrays[k]
-            weight[block] += n
+            if split is not None and k in output_keys:
+                rows = np.asarray(split, dtype=np.float64).reshape((-1,) + (1,) * (arrays[k].ndim - 1))
+                total[block] += n * rows * arrays[k]
+                weight[block] += n * np.broadcast_to(rows, arrays[k].shape)
+            else:
+                total[block] += n * arrays[k]
+                weight[block] += n
         out[k] = np.where(weight > 0, total / np.maximum(weight, 1e-300), base).astype(base.dtype)
     return out
 
@@ -159,8 +187,10 @@ class WidthReduced(SeededFedAvg):
             ratio = self._width_of[int(m.content["metrics"]["partition-id"])]
             keys = [f"{k}@{ratio:g}" for k in self._current]
             self.comm.record(server_round, keys, keys, 1)
-        merged = nested_average(self._current, [from_arrayrecord(m.content["arrays"]) for m in replies],
-                                [float(m.content["metrics"]["num-examples"]) for m in replies])
+        slices = [from_arrayrecord(m.content["arrays"]) for m in replies]
+        splits = [arrays.pop(LABEL_SPLIT_KEY, None) for arrays in slices]
+        merged = nested_average(self._current, slices, [float(m.content["metrics"]["num-examples"]) for m in replies],
+                                splits)
         metrics = self.train_metrics_aggr_fn([m.content for m in replies], self.weighted_by_key)
         return to_arrayrecord(merged), metrics
 
@@ -173,12 +203,22 @@ def sub_spec(spec: TaskSpec, ratio: float) -> TaskSpec:
     return dataclasses.replace(spec, hidden=sliced_hidden(spec.hidden, ratio))
 
 
-def train_width(spec: TaskSpec, msg: Message, context: Context, trainer: Trainer | None = None) -> Message:
-    """A client round on the width slice the server sent; ``trainer(round, ratio)`` trains it (default: plain SGD)."""
+def train_width(spec: TaskSpec, msg: Message, context: Context, trainer: Trainer | None = None,
+                send_label_split: bool = False) -> Message:
+    """A client round on the width slice the server sent; ``trainer(round, ratio)`` trains it (default: plain SGD).
+
+    With ``send_label_split`` the reply also carries :data:`LABEL_SPLIT_KEY`,
+    the classes the client's data holds, for the server's per-class average
+    of the output rows (:func:`nested_average`).
+    """
     ratio = float(msg.content["config"][WIDTH_KEY])
     rnd = begin_round(sub_spec(spec, ratio), msg, context)
     loss = trainer(rnd, ratio) if trainer is not None else train_locally(rnd.model, rnd.x, rnd.y, rnd.settings)
-    return finish_round(msg, rnd, get_weights(rnd.model), loss)
+    arrays = get_weights(rnd.model)
+    if send_label_split:
+        classes = next(reversed(arrays.values())).shape[0]  # the output layer's bias: one entry per class
+        arrays[LABEL_SPLIT_KEY] = np.isin(np.arange(classes), rnd.y).astype(np.int64)
+    return finish_round(msg, rnd, arrays, loss)
 
 
 class WidthScaler:
@@ -301,4 +341,5 @@ def make_heterofl_client_app(spec: TaskSpec, run_config: dict | None = None, sca
     """
     training = HeteroFLTraining(scaler, masked_ce)
     trainer = training if (scaler or masked_ce) else None
-    return client_app_with(lambda msg, context: train_width(spec, msg, context, trainer), run_config)
+    return client_app_with(lambda msg, context: train_width(spec, msg, context, trainer, send_label_split=masked_ce),
+                           run_config)
