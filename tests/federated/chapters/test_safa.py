@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from repro.federated.chapters.safa import BASELINES, choices, sweep
+from repro.federated.chapters.safa import BASELINES, choices, strongest_baseline, sweep
 from repro.federated.chapters.safa import claims as safa_claims
 from repro.federated.client import LocalSGD
 from repro.federated.safa import PeriodRule
@@ -39,6 +39,14 @@ def test_baselines_are_tuned_and_the_best_one_is_the_comparison():
     assert c == {"acc_gain_vs_fedavg": [6.0, 7.0], "acc_gain_vs_best_baseline": [1.5, 2.5],
                  "acc_gain_vs_feddc": [2.0, 3.0], "fedprox_gain_vs_fedavg": [0.5, 0.5]}
 
+
+
+def test_the_strongest_baseline_is_the_tuned_one_with_the_best_mean_and_the_claim_compares_against_it():
+    final = _frame()
+    assert strongest_baseline(final, 0.1) == "scaffold"  # tuned: FedProx 80.5, FedDyn 82.0, SCAFFOLD 84.5
+    weak = final.assign(budget_accuracy=final.budget_accuracy.where(final.method != "scaffold", 70.0))
+    assert strongest_baseline(weak, 0.1) == "feddyn"
+    assert safa_claims(weak, 0.1)["acc_gain_vs_best_baseline"] == [4.0, 5.0]  # SAFA 86, 87 minus FedDyn's 82
 
 def test_the_grids_are_chosen_on_validation_never_on_the_test_accuracy_the_claims_compare():
     final = _frame()
