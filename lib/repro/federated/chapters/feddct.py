@@ -39,7 +39,7 @@ from repro.federated.feddct import (
     sub_hidden,
 )
 from repro.federated.fedgkt import KD_WEIGHT, SERVER_EPOCHS, TEMPERATURE, FedGKT, GktTask, make_fedgkt_client_app, pair_evaluator
-from repro.federated.figures import mean_sd, tuned_accuracy_curves
+from repro.federated.figures import mean_sd, seed_sd, tuned_accuracy_curves
 from repro.federated.regularised import make_regularised_client_app
 from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
 from repro.federated.sfetec import SplitHierarchy, run_split_training
@@ -306,7 +306,7 @@ def memory_accuracy(final: pd.DataFrame, memory: pd.DataFrame, best: tuple[Choic
         vals = sel[sel.method == m].budget_accuracy
         peers = [p for p in METHODS if np.isclose(kb.iloc[DEVICE_ROW[p]], kb.iloc[DEVICE_ROW[m]])]
         x = kb.iloc[DEVICE_ROW[m]] * (1 + 0.04 * (peers.index(m) - (len(peers) - 1) / 2))
-        ax.errorbar(x, vals.mean(), yerr=vals.std(ddof=1) if len(vals) > 1 else 0.0, fmt=markers[m], ms=8,
+        ax.errorbar(x, vals.mean(), yerr=seed_sd(vals), fmt=markers[m], ms=8,
                     color=COLOURS[m], capsize=3, label=LABELS[m])
     ax.set_xlim(0, 1.15 * kb.max())
     ax.set_xlabel("per-device memory of one local step (kB, model)")
