@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from repro.federated import regularised
 from repro.federated.client import LocalSettings, LocalSGD, make_client_app, penalised_sgd
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.regularised import label_pattern, make_regularised_client_app, squared_gradient
@@ -192,3 +193,25 @@ def test_adaptive_period_groups_every_client_it_sees_and_changes_u_at_a_pull():
     assert [s.periods[r] for r in (1, 2, 3)] == [3, 3, 3]
     assert s.periods[4] == first and first != 3
 
+
+def test_each_client_is_asked_for_its_label_pattern_once(monkeypatch):
+    calls = []
+
+    def counted(model, x, y):
+        calls.append(len(y))
+        return label_pattern(model, x, y)
+
+    monkeypatch.setattr(regularised, "label_pattern", counted)
+    s = SAFA(4, LOCAL, seed=6, lam=0.1, mix=0.95, period=3, adaptive=PeriodRule(retain=1))
+    _run(s, make_regularised_client_app(SPEC), rounds=8)
+    seen = {p for r in s.sampled.values() for p in r}
+    assert len(calls) == len(seen) == len(s.tracker.groups) < 4 * 8  # one gradient per client, not per round
+
+
+def test_the_tracker_needs_a_pattern_only_for_a_client_it_has_not_grouped():
+    tracker = PeriodTracker(PeriodRule(), period=4, models=1)
+    with pytest.raises(ValueError, match="no group"):
+        tracker.observe(0, 5, None, 10.0, 20.0)
+    tracker.observe(0, 5, [1, 0], 10.0, 20.0)
+    tracker.observe(0, 5, None, 15.0, 25.0)
+    assert tracker.groups == {5: (1, 0)} and tracker.trails[0].revisits == [(1, 5.0)]

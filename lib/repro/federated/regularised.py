@@ -6,7 +6,8 @@ a penalised local loss: SAFA sends per-parameter importance weights
 full-batch gradients back (``want-fisher``); FedProx sends ``proximal-mu``.
 With neither it trains exactly as the shared client.  SAFA's adaptive period
 also asks (``want-tracking``) for the client's accuracy on its own data before
-and after training and for the label pattern of :func:`label_pattern`; the
+and after training and, the first time it samples a client
+(``want-label-pattern``), for the label pattern of :func:`label_pattern`; the
 answer is read without touching the training (tested bit for bit).
 """
 
@@ -65,10 +66,10 @@ def train_regularised(spec: TaskSpec, msg: Message, context: Context) -> Message
     theta = {k: v for k, v in rnd.received.items() if not k.startswith(FISHER)}
     lam, mu = float(rnd.config.get("ewc-lambda", 0.0)), float(rnd.config.get("proximal-mu", 0.0))
     tracking = bool(rnd.config.get("want-tracking", False))
-    if tracking:  # before training: the accuracy the model arrives with, and the client's label pattern
-        extra: dict[str, int | float | list[int]] = {
-            "arrival-accuracy": evaluate_on(rnd.model, rnd.x, rnd.y)["accuracy"],
-            "label-pattern": [int(v) for v in label_pattern(rnd.model, rnd.x, rnd.y)]}
+    if tracking:  # before training: the accuracy the model arrives with, and the client's label pattern if asked
+        extra: dict[str, int | float | list[int]] = {"arrival-accuracy": evaluate_on(rnd.model, rnd.x, rnd.y)["accuracy"]}
+        if bool(rnd.config.get("want-label-pattern", False)):
+            extra["label-pattern"] = [int(v) for v in label_pattern(rnd.model, rnd.x, rnd.y)]
     if lam > 0 and mu > 0:
         raise ValueError("a round cannot ask for both ewc-lambda and proximal-mu")
     if lam > 0:
@@ -92,7 +93,7 @@ def make_regularised_client_app(spec: TaskSpec, run_config: RunConfig | None = N
     Config keys beyond the shared client's: ``ewc-lambda`` (with ``fisher::<name>``
     arrays: the importance), ``proximal-mu``, ``want-fisher`` (reply with the
     squared full-batch gradients as ``fisher::<name>``), ``want-tracking`` (reply
-    with ``arrival-accuracy``, ``departure-accuracy`` and ``label-pattern``) and
+    with ``arrival-accuracy`` and ``departure-accuracy``, and ``label-pattern`` if ``want-label-pattern``) and
     ``model-index`` (echoed back).  With none of them it trains exactly as the shared client.
     """
     return client_app_with(lambda msg, context: train_regularised(spec, msg, context), run_config)

@@ -193,10 +193,16 @@ class PeriodTracker:
         self.clock = (self.clock + 1) % self.period
         return self.clock
 
-    def observe(self, model: int, client: int, pattern: Iterable[int], arrival: float, departure: float) -> None:
-        """One client's report: model ``model`` trained at ``client`` (grouped by its first ``pattern``)."""
-        group = self.groups.setdefault(client, tuple(int(v) for v in pattern))
-        self.trails[model].visit(group, arrival, departure)
+    def observe(self, model: int, client: int, pattern: Iterable[int] | None, arrival: float, departure: float) -> None:
+        """One client's report: model ``model`` trained at ``client``, grouped by its first ``pattern``.
+
+        ``pattern`` may be ``None`` for a client already grouped (the server asks for it only once).
+        """
+        if client not in self.groups:
+            if pattern is None:
+                raise ValueError(f"client {client} has no group yet and reported no label pattern")
+            self.groups[client] = tuple(int(v) for v in pattern)
+        self.trails[model].visit(self.groups[client], arrival, departure)
 
     def end_round(self, gains: Iterable[float]) -> None:
         """Move the trackers: forget towards the mean forget per revisit distance, gain at the clock's position."""
@@ -293,6 +299,8 @@ class SAFA(SeededFedAvg):
                 send.update({FISHER + n: v for n, v in self.fisher[k].items()})
             c = ConfigRecord(dict(cfg))
             c["model-index"] = k
+            if self.tracker is not None:  # a client's group is read once, the first time it is sampled
+                c["want-label-pattern"] = pid not in self.tracker.groups
             msgs.append(Message(RecordDict({"arrays": to_arrayrecord(send), "config": c}),
                                 dst_node_id=self.node_of[pid], message_type=MessageType.TRAIN))
         return msgs
@@ -344,8 +352,8 @@ class SAFA(SeededFedAvg):
         for m in replies:
             got = m.content["metrics"]
             arrival, departure = float(got["arrival-accuracy"]), float(got["departure-accuracy"])
-            self.tracker.observe(int(got["model-index"]), int(got["partition-id"]), got["label-pattern"], arrival,
-                                 departure)
+            pattern = got["label-pattern"] if "label-pattern" in got else None
+            self.tracker.observe(int(got["model-index"]), int(got["partition-id"]), pattern, arrival, departure)
             gains.append(departure - arrival)
         self.tracker.end_round(gains)
 
