@@ -61,6 +61,8 @@ CUT = 2
 """SplitFed's cut: after the first linear layer and its ReLU (the client keeps ``fc0``), as the spec asks."""
 TARGET_SHARE = 0.95
 """Rounds to target count the rounds until a method reaches this share of FedAvg-large's best accuracy."""
+STILL_RISING_MARGIN = 2.0
+"""Points by which FedGKT's rise over the run's second half must exceed FedDCT's for the reading to call it still rising."""
 DEVICE_ROW = {"fedavg_large": 0, "fedprox_large": 0, "clustered_large": 0, "fedavg_small": 1, "feddct": 1,
               "splitfed_large": 2, "fedgkt": 3}
 """Each method's device: its row of :func:`per_device_memory`'s table."""
