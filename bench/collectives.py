@@ -24,10 +24,10 @@ from repro.collectives import fec, sparse
 from repro.collectives.algorithms import build_schedule
 from repro.collectives.chapters.dln_allreduce import platform as dln_platform
 from repro.collectives.chapters.kautz_fpga import NetworkSetup
-from repro.collectives.executors.mpi_worker import launch_worker
-from repro.collectives.executors.simgrid import simulate
 from repro.collectives.kautz_mp import kautz_allreduce
+from repro.collectives.mpi_worker import launch_worker
 from repro.collectives.sweep import build_platform, platform_key
+from repro.hpc.simgrid import simulate
 
 TARGET_S = 60.0
 

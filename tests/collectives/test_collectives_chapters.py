@@ -15,8 +15,8 @@ import pytest
 from repro import params
 from repro.collectives.algorithms import build_schedule, closed_form_cost
 from repro.collectives.chapters import a2a_2dfc, dln_allreduce, hamming_fec, multileader_allreduce
-from repro.collectives.ir import link_bytes
 from repro.collectives.sweep import build_platform
+from repro.hpc.ir import link_bytes
 from repro.registry import load_registry
 
 

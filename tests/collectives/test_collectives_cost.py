@@ -11,7 +11,7 @@ import pytest
 
 from repro.collectives.algorithms import ALGORITHMS, build_schedule, closed_form_cost, parameter_grid
 from repro.collectives.cost import schedule_cost
-from repro.collectives.ir import link_bytes, messages, total_link_bytes
+from repro.hpc.ir import link_bytes, messages, total_link_bytes
 
 # alpha-only counts start-ups, beta-only bytes, gamma-only reduced bytes; then a mix.
 MODELS = [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0), (2e-6, 1e-9, 3e-10)]

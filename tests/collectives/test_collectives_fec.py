@@ -16,8 +16,8 @@ import pytest
 from repro.collectives import fec
 from repro.collectives import npb_skeletons as N
 from repro.collectives.chapters.hamming_fec import LinkModel, acceptability, improvements, npb_sweep
-from repro.collectives.executors.simgrid import simgrid_available, simulate
-from repro.collectives.ir import validate
+from repro.hpc.ir import validate
+from repro.hpc.simgrid import simgrid_available, simulate
 
 
 @pytest.mark.parametrize("secded", [False, True])

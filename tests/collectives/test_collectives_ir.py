@@ -9,8 +9,8 @@ import pytest
 
 from repro.collectives.algorithms import ALGORITHMS, build_schedule, default_node_size, get_algorithm, parse_spec
 from repro.collectives.alltoall import grid_shape
-from repro.collectives.executors.reference import execute_reference
-from repro.collectives.ir import Recv, Send, split_lengths, validate
+from repro.hpc.ir import Recv, Send, split_lengths, validate
+from repro.hpc.reference import execute_reference
 
 
 @pytest.mark.parametrize("n", [0, 1, 5, 16, 17, 1003])

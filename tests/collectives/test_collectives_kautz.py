@@ -18,12 +18,12 @@ from repro.collectives import kautz_mp as K
 from repro.collectives.algorithms import build_schedule
 from repro.collectives.chapters.kautz_fpga import NetworkSetup, contention_free_time, ports_sweep, structure_checks
 from repro.collectives.cost import schedule_cost
-from repro.collectives.dragonfly import dragonfly, with_endpoint_overhead
-from repro.collectives.executors.mpi_worker import launch_worker
-from repro.collectives.executors.reference import execute_reference, expected_output
-from repro.collectives.executors.simgrid import simgrid_available, simulate
-from repro.collectives.ir import link_bytes, validate
-from repro.collectives.platforms import kautz
+from repro.collectives.mpi_worker import launch_worker
+from repro.hpc.dragonfly import dragonfly, with_endpoint_overhead
+from repro.hpc.ir import link_bytes, validate
+from repro.hpc.platforms import kautz
+from repro.hpc.reference import execute_reference, expected_output
+from repro.hpc.simgrid import simgrid_available, simulate
 
 DEGREES = [1, 2, 3, 4]
 

@@ -21,8 +21,8 @@ from repro.collectives.congestion import (
     step_link_flows,
 )
 from repro.collectives.cost import halving_doubling_closed_form, hierarchical_closed_form
-from repro.collectives.executors.simgrid import simgrid_available, simulate
-from repro.collectives.platforms import distributed_loop, fat_tree, gpu_cluster, loop_offsets, loop_path
+from repro.hpc.platforms import distributed_loop, fat_tree, gpu_cluster, loop_offsets, loop_path
+from repro.hpc.simgrid import simgrid_available, simulate
 
 GPU_KW = dict(nvlink_bandwidth=50e9, pcie_bandwidth=16e9, nic_bandwidth=12.5e9, nics_per_node=2)
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from repro.collectives.algorithms import build_schedule, closed_form_cost
-from repro.collectives.executors.simgrid import simgrid_available, simulate
-from repro.collectives.platforms import fat_tree, fully_connected, kautz, kautz_arcs, two_dim_fc
+from repro.hpc.platforms import fat_tree, fully_connected, kautz, kautz_arcs, two_dim_fc
+from repro.hpc.simgrid import simgrid_available, simulate
 
 BW, LAT = 25e9, 1e-6  # 25 GB/s, 1 us per link
 

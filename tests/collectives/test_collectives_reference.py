@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from repro.collectives.algorithms import ALLREDUCE_ALGORITHMS, ALLTOALL_ALGORITHMS, build_schedule, parameter_grid
-from repro.collectives.executors.reference import execute_reference, expected_output
-from repro.collectives.ir import Schedule
+from repro.hpc.ir import Schedule
+from repro.hpc.reference import execute_reference, expected_output
 
 P_RANGE = range(1, 17)
 

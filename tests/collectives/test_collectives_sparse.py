@@ -13,9 +13,9 @@ import pytest
 
 from repro.collectives import sparse as S
 from repro.collectives.chapters.sparse_allreduce import ClusterModel, density_sweep, replay_schedule
-from repro.collectives.executors.mpi_worker import launch_worker
-from repro.collectives.executors.simgrid import simgrid_available
-from repro.collectives.ir import validate
+from repro.collectives.mpi_worker import launch_worker
+from repro.hpc.ir import validate
+from repro.hpc.simgrid import simgrid_available
 
 
 def _random_segment(rng: np.random.Generator, lo: int, hi: int) -> S.Segment:

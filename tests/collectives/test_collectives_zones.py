@@ -14,9 +14,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from repro.collectives.algorithms import build_schedule
-from repro.collectives.dragonfly import dragonfly, global_router, with_endpoint_overhead
-from repro.collectives.executors.simgrid import simgrid_available, simulate
-from repro.collectives.platforms import Platform, ZoneRoute
+from repro.hpc.dragonfly import dragonfly, global_router, with_endpoint_overhead
+from repro.hpc.platforms import Platform, ZoneRoute
+from repro.hpc.simgrid import simgrid_available, simulate
 from repro.pario.exchange_sim import DragonflyConstants, irregular_pattern, platform_for, simulate_kernel
 
 CONSTANTS = DragonflyConstants(10e9, 5e9, 100e-9, 100e-9, 1.5e-6)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from repro.collectives.executors.reference import execute_reference
-from repro.collectives.ir import validate
+from repro.hpc.ir import validate
+from repro.hpc.reference import execute_reference
 from repro.pario import decomp as dc
 from repro.pario.kernels import EndpointModel, KernelSpec, endpoint_model, round_table, to_schedule
 from repro.pario.twophase import exchange_plan

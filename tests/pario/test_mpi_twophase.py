@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from repro.collectives.executors.launcher import MPIRunError
+from repro.hpc.launcher import MPIRunError
 from repro.pario.mpi_worker import launch
 
 KERNELS = ["unordered", "pairwise", "scattered:1", "scattered:3", "balanced:1", "balanced:2"]

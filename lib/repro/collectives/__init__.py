@@ -1,13 +1,14 @@
 """Collective communication and networks: one schedule, several executors, six chapters.
 
-Each algorithm is written once as a :class:`~repro.collectives.ir.Schedule`
+Each algorithm is written once as a :class:`~repro.hpc.ir.Schedule`
 (per rank, per step: sends, receives with copy/sum, local copies, over a
 buffer cut into blocks of uneven lengths) and is then run, costed or
-simulated by the modules below.  Nothing is re-exported here: import from the
-module that defines a name.
+simulated by the modules below and by the shared executors of :mod:`repro.hpc`
+(the IR, the platforms, the reference, MPI and SimGrid executors and the MPI
+launcher live there, since pario and misc use them too).  Nothing is
+re-exported here: import from the module that defines a name.
 
 Schedules and algorithms
-    ``ir``            the schedule IR (steps, sends, receives, copies; ``validate``, ``messages``)
     ``phases``        building blocks (ring, halving/doubling phases) the algorithms compose
     ``allreduce``     ``ring``, ``recursive_doubling``, ``rabenseifner``, ``binomial``, ``lr_lr``,
                       ``lr_rab``, ``lr_lr_pipe``
@@ -22,16 +23,11 @@ Schedules and algorithms
 Costs and networks
     ``cost``          alpha-beta-gamma closed forms and a schedule's cost; two-level and
                       halving-doubling closed forms with the platforms' constants
-    ``platforms``     SimGrid platforms (fully connected, 2dfc, Kautz, fat tree, GPU cluster,
-                      distributed loop); ``dragonfly`` adds the Dragonfly and end-point start-up
     ``congestion``    route-aware alpha-beta cost with link sharing, link energy, ``contention_of``
 
-Executors (``executors/``)
-    ``reference``     numpy, all ranks in one process (the oracle)
-    ``mpi``           one rank of a real MPI communicator (mpi4py)
-    ``simgrid``       simulated time on a platform (child process)
-    ``launcher``      ``run_mpi``: ``mpiexec ... python -m mpi4py`` with a timeout and the failing rank's cause
-    ``mpi_worker``    the per-rank check/bench program and ``launch_worker``
+MPI
+    ``mpi_worker``    the per-rank check/bench/kautz/sparse program and ``launch_worker`` (through
+                      :func:`repro.hpc.launcher.run_mpi`)
 
 Shared by the chapters
     ``sweep``         ``Point``, ``platform_key``, ``build_platform``, ``closed_form``, ``run_points``

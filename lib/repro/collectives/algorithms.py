@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 from repro.collectives import allreduce as ar
 from repro.collectives import alltoall as a2a
 from repro.collectives import cost as cm
-from repro.collectives.ir import Schedule
+from repro.hpc.ir import Schedule
 
 
 @dataclass(frozen=True)

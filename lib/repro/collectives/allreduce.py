@@ -27,7 +27,6 @@ inter-node phases of segment s-1".
 
 from __future__ import annotations
 
-from repro.collectives.ir import Schedule, split_lengths
 from repro.collectives.phases import (
     Chunk,
     Phase,
@@ -43,6 +42,7 @@ from repro.collectives.phases import (
     ring_reduce_scatter,
     seq,
 )
+from repro.hpc.ir import Schedule, split_lengths
 
 
 def _allreduce(phase: Phase, name: str, p: int, n: int, lengths: list[int], **params: object) -> Schedule:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 
-from repro.collectives.ir import Schedule
 from repro.collectives.phases import Phase, finalize, local_copy, new_phase, transfer
+from repro.hpc.ir import Schedule
 
 
 def grid_shape(p: int) -> tuple[int, int]:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from repro.collectives.ir import Schedule, messages
-from repro.collectives.platforms import Platform
+from repro.hpc.ir import Schedule, messages
+from repro.hpc.platforms import Platform
 
 
 def step_link_flows(schedule: Schedule, platform: Platform,

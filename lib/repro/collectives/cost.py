@@ -26,8 +26,8 @@ from typing import Any
 
 from repro.collectives.allreduce import pipeline_offsets
 from repro.collectives.alltoall import resolve_grid
-from repro.collectives.ir import SUM, Schedule
 from repro.collectives.phases import ceil_log2, pof2_floor
+from repro.hpc.ir import SUM, Schedule
 
 
 def schedule_cost(schedule: Schedule, itemsize: int, alpha: float, beta: float,
@@ -197,7 +197,7 @@ def two_dim_cost(p: int, m: float, alpha: float, beta: float, gamma: float = 0.0
 # ------------------------------------------------------------ platform-level closed forms
 def hierarchical_closed_form(name: str, kw: dict[str, Any], nbytes: float, k: int | None = None,
                              segments: int | None = None) -> float:
-    """Two-level alpha-beta time on a :func:`~repro.collectives.platforms.gpu_cluster`.
+    """Two-level alpha-beta time on a :func:`~repro.hpc.platforms.gpu_cluster`.
 
     Intra-node messages cost ``alpha_i + b/B_nvlink``; inter-node messages
     ``alpha_x + b * s / B_nic`` where ``alpha_x`` is the latency of the

@@ -1,7 +1,7 @@
 """Exactness of the schedules on a real MPI, as tables for the chapters.
 
 :func:`algorithm_exactness` runs registry algorithms under ``mpiexec`` (the
-``check`` mode of :mod:`repro.collectives.executors.mpi_worker`) and compares
+``check`` mode of :mod:`repro.collectives.mpi_worker`) and compares
 every rank's result with MPI's own ``Allreduce``/``Alltoall``;
 :func:`exactness_summary` condenses the cases per algorithm, counting the
 cases that ran and those that did not apply, and refuses to summarise an
@@ -14,7 +14,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from repro.collectives.executors.mpi_worker import launch_worker
+from repro.collectives.mpi_worker import launch_worker
 
 
 def algorithm_exactness(specs: Sequence[str], nprocs: int, lengths: Sequence[int], dtypes: Sequence[str],

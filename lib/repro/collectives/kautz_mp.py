@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from repro.collectives.ir import COPY, SUM, Copy, Recv, Schedule, Send, Step, split_lengths
-from repro.collectives.platforms import kautz_arcs
+from repro.hpc.ir import COPY, SUM, Copy, Recv, Schedule, Send, Step, split_lengths
+from repro.hpc.platforms import kautz_arcs
 
 
 def _check_d(d: int) -> None:

@@ -4,7 +4,7 @@ These are *not* traces of the real NPB codes: each kernel's per-iteration
 communication is generated from the kernel's published structure (problem
 size of class A, process grid, which exchanges happen per iteration), and its
 computation is a stated flop estimate divided by an assumed per-rank rate.
-The communication of one iteration is a :class:`~repro.collectives.ir.Schedule`
+The communication of one iteration is a :class:`~repro.hpc.ir.Schedule`
 (one block per message, ``itemsize`` 1 byte) that the SimGrid executor runs on
 a fat tree whose per-hop latency includes the receiver's FEC decode.
 
@@ -25,8 +25,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from repro.collectives.algorithms import build_schedule
-from repro.collectives.ir import Recv, Schedule, Send, Step, messages
-from repro.collectives.platforms import Platform, fat_tree
+from repro.hpc.ir import Recv, Schedule, Send, Step, messages
+from repro.hpc.platforms import Platform, fat_tree
 
 Msg = tuple[int, int, int]  # (src, dst, bytes)
 

@@ -7,7 +7,7 @@ buffer), so that one generator serves a flat collective and every level of a
 hierarchical one.  Phases are composed with :func:`seq` (one after the other),
 :func:`par` (side by side, step ``i`` of each merged) and :func:`par_at`
 (side by side from given start steps, for pipelining), and turned into an
-immutable :class:`~repro.collectives.ir.Schedule` by :func:`finalize`.
+immutable :class:`~repro.hpc.ir.Schedule` by :func:`finalize`.
 
 The algorithms are the textbook ones (Thakur, Rabenseifner & Gropp 2005;
 Rabenseifner 2004; Bruck et al. 1997), written here from their descriptions.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from repro.collectives.ir import COPY, SUM, Copy, Recv, Schedule, Send, Step, validate
+from repro.hpc.ir import COPY, SUM, Copy, Recv, Schedule, Send, Step, validate
 
 Chunk = tuple[int, ...]
 

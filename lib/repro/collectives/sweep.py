@@ -4,7 +4,7 @@ A sweep is a list of :class:`Point` s (a platform, an algorithm, a size).  For
 each point :func:`run_points` builds the schedule, evaluates the closed-form
 alpha-beta cost (:func:`closed_form`), the platform-aware alpha-beta cost with
 link sharing (:func:`~repro.collectives.congestion.congestion_cost`) and, when
-asked, the SimGrid simulation (:func:`~repro.collectives.executors.simgrid.simulate`),
+asked, the SimGrid simulation (:func:`~repro.hpc.simgrid.simulate`),
 and returns one table row.  Each simulation runs in its own child process, so
 a pool of threads overlaps them (``workers``) and shares one platform cache.
 """
@@ -12,18 +12,17 @@ a pool of threads overlaps them (``workers``) and shares one platform cache.
 from __future__ import annotations
 
 import functools
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import pandas as pd
-from tqdm import tqdm
 
 from repro.collectives import cost as cm
-from repro.collectives import platforms as plat
 from repro.collectives.algorithms import build_schedule, closed_form_cost, parse_spec
 from repro.collectives.congestion import congestion_cost, contention_of, max_link_flows, step_link_flows
-from repro.collectives.executors.simgrid import simulate
+from repro.hpc import platforms as plat
+from repro.hpc.simgrid import simulate
+from repro.parallel import thread_map
 
 MiB = 2**20
 ELEMENT_BYTES = 4
@@ -39,7 +38,7 @@ class Point:
     Attributes
     ----------
     platform:
-        ``(builder name in repro.collectives.platforms, sorted keyword items)``, see :func:`platform_key`.
+        ``(builder name in repro.hpc.platforms, sorted keyword items)``, see :func:`platform_key`.
     spec:
         Algorithm spec, e.g. ``"lr_lr:k=4"`` (see :func:`~repro.collectives.algorithms.parse_spec`).
     p:
@@ -139,6 +138,4 @@ def run_points(points: Sequence[Point], workers: int = 1, desc: str = "points") 
     # Build every platform once in this thread (the cache is shared by the pool's threads).
     for key in dict.fromkeys(pt.platform for pt in points):
         build_platform(key)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        rows = list(tqdm(pool.map(run_point, points), total=len(points), desc=desc))
-    return pd.DataFrame(rows)
+    return pd.DataFrame(thread_map(run_point, points, workers, desc=desc))

@@ -46,7 +46,7 @@ from numba import njit, prange
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
-from repro.collectives.executors.launcher import run_mpi
+from repro.hpc.launcher import run_mpi
 
 LAYOUTS = ("aos", "soa", "aosoa")
 REDUCTIONS = ("serial", "parallel")

@@ -15,7 +15,7 @@ Core modules
 :mod:`repro.pario.kernels`
     All-to-many exchange kernels (unordered, pairwise, scattered(W),
     balanced spread-out(W)) as round tables and as schedules of the shared
-    IR (:mod:`repro.collectives.ir`), and a per-round endpoint cost model with
+    IR (:mod:`repro.hpc.ir`), and a per-round endpoint cost model with
     an MPI queue-search term.
 :mod:`repro.pario.mpi_twophase`
     Our two-phase write on MPI: plan, exchange by the shared mpi4py executor,
@@ -23,7 +23,7 @@ Core modules
 :mod:`repro.pario.mpi_worker`
     The per-rank program that writes a decomposition with MPI and with every
     kernel and compares the files; ``launch`` runs it through the shared
-    launcher (:mod:`repro.collectives.executors.launcher`).
+    launcher (:mod:`repro.hpc.launcher`).
 :mod:`repro.pario.exchange_sim`
     Paper-scale exchange times: SimGrid (shared executor) on a Dragonfly and
     the endpoint model swept over its constants.
@@ -44,6 +44,6 @@ Core modules
 
 Chapters (``repro.pario.chapters``): ``tpio-spreadout``, ``tpio-intranode``,
 ``pnetcdf-compress``, ``async-io``.  MPI jobs run through the shared launcher
-(:mod:`repro.collectives.executors.launcher`) with a timeout; the worker of
+(:mod:`repro.hpc.launcher`) with a timeout; the worker of
 every MPI-IO job is :mod:`repro.pario.mpi_worker`.
 """

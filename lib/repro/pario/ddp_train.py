@@ -1,7 +1,7 @@
 """Data-parallel training on sharded HDF5 with each loading strategy: ``torch.distributed`` (gloo).
 
 The ranks are started by the shared MPI launcher
-(:func:`repro.collectives.executors.launcher.run_mpi`, so a failing rank ends
+(:func:`repro.hpc.launcher.run_mpi`, so a failing rank ends
 the job and a hang hits the timeout); rank 0 picks a TCP port and broadcasts
 it over MPI, then every rank joins a gloo process group and trains the same
 small 3-D CNN with ``DistributedDataParallel``.  For every strategy the model
@@ -35,8 +35,8 @@ import torch.distributed as dist
 from torch import nn
 
 from repro import atomic
-from repro.collectives.executors.launcher import run_mpi
 from repro.devices import resolve_device, synchronize
+from repro.hpc.launcher import run_mpi
 from repro.pario.async_io import BlockLoader, EmulatedStorage, LoaderStats, epoch_plan, shard_sizes
 
 

@@ -5,9 +5,9 @@ deliver; their timings on an oversubscribed 2-core host are not evidence.
 Times at the paper's scale (thousands of ranks) come from two models whose
 constants are stated and swept:
 
-* **SimGrid** (the shared executor :func:`repro.collectives.executors.simgrid.simulate`)
+* **SimGrid** (the shared executor :func:`repro.hpc.simgrid.simulate`)
   runs the kernel's IR schedule on a Dragonfly
-  (:func:`repro.collectives.dragonfly.dragonfly`) with a per-message start-up
+  (:func:`repro.hpc.dragonfly.dragonfly`) with a per-message start-up
   ``alpha`` at both ends.  Its flow model shares links max-min fairly and
   has no notion of MPI's message queues.  The platform is written as SimGrid
   zones (routes composed by SimGrid), so thousands of hosts load; the flow
@@ -31,9 +31,9 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from repro.collectives.dragonfly import dragonfly, with_endpoint_overhead
-from repro.collectives.executors.simgrid import simulate
-from repro.collectives.platforms import Platform
+from repro.hpc.dragonfly import dragonfly, with_endpoint_overhead
+from repro.hpc.platforms import Platform
+from repro.hpc.simgrid import simulate
 from repro.pario.decomp import irregular_run_table
 from repro.pario.kernels import EndpointModel, KernelSpec, endpoint_model, round_table, to_schedule
 from repro.pario.twophase import aggregator_ranks, file_domains, pair_counts

@@ -2,7 +2,7 @@
 
 A kernel decides in which *round* each sender sends its pieces to each
 aggregator.  Within a round every rank posts all its receives and sends and
-waits for all of them (one step of :mod:`repro.collectives.ir`), so a
+waits for all of them (one step of :mod:`repro.hpc.ir`), so a
 round's message count per rank is the number of outstanding requests.
 
 A :class:`RoundTable` holds ``round[s, a]`` for every sender ``s`` and
@@ -24,7 +24,7 @@ sender is the aggregator itself: that data is already local).  Kernels
     at most ``W`` senders per round and, when ``W <= floor(P / A)``, every
     sender has at most one target per round (no hot spot).
 
-:func:`to_schedule` writes a table as a :class:`repro.collectives.ir.Schedule`
+:func:`to_schedule` writes a table as a :class:`repro.hpc.ir.Schedule`
 (block ``s * A + a`` holds the bytes from ``s`` to aggregator ``a``), which the
 shared reference, mpi4py and SimGrid executors run.  :func:`endpoint_model`
 costs a table under a per-round endpoint model with an MPI queue-search term.
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from repro.collectives.ir import Recv, Schedule, Send, Step
+from repro.hpc.ir import Recv, Schedule, Send, Step
 
 KERNELS = ("unordered", "pairwise", "scattered", "balanced")
 #: ROMIO's default kernel, in text form.

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from repro.collectives.executors.mpi import execute_mpi
+from repro.hpc.mpi import execute_mpi
 from repro.pario import mpiio
 from repro.pario.decomp import Requests, expand_offsets
 from repro.pario.kernels import KernelSpec, RoundTable, round_table, to_schedule

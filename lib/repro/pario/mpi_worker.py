@@ -38,7 +38,7 @@ import numpy as np
 from tqdm import tqdm
 
 from repro import atomic
-from repro.collectives.executors.launcher import run_mpi
+from repro.hpc.launcher import run_mpi
 from repro.pario import mpiio
 from repro.pario.chunked import Variable, block_cyclic_slabs, read_table, read_variable, synthetic_field
 from repro.pario.decomp import DecompSpec, expected_file, payload
@@ -227,7 +227,7 @@ def launch(nprocs: int, job: dict[str, Any], timeout: float = 120.0) -> dict[str
 
     Raises
     ------
-    repro.collectives.executors.launcher.MPIRunError
+    repro.hpc.launcher.MPIRunError
         If a rank fails (the job is aborted) or the launch exceeds ``timeout``.
     """
     with tempfile.TemporaryDirectory(prefix="repro-pario-", dir=os.environ.get("REPRO_PARIO_TMP")) as tmp:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from repro.collectives.platforms import Platform
+from repro.hpc.platforms import Platform
 from repro.pario.exchange_sim import Pattern, SimPoint, simulate_kernel
 from repro.pario.intranode import IntraNodeLayout, ina_aggregators, ina_counts
 from repro.pario.kernels import UNORDERED_TEXT, EndpointModel, RoundLoads, round_loads, round_table

@@ -1,7 +1,7 @@
 """Driver of the ``a2a-2dfc`` chapter: the striped all-to-all on a two-dimensional fully connected network.
 
 :func:`points` builds the sweep (every algorithm x per-pair block size on an
-``R x C`` :func:`~repro.collectives.platforms.two_dim_fc`), :func:`claims`
+``R x C`` :func:`~repro.hpc.platforms.two_dim_fc`), :func:`claims`
 turns the table into the speed-ups the ledger records, :func:`speedups` and
 :func:`lower_bound` compare every algorithm with the striped one and with the
 multi-port bandwidth bound, and :func:`time_vs_size_figure` draws the sweep.

@@ -23,9 +23,9 @@ import pandas as pd
 from tqdm import tqdm
 
 from repro.collectives import fec
-from repro.collectives.dragonfly import with_endpoint_overhead
-from repro.collectives.executors.simgrid import simulate
 from repro.collectives.npb_skeletons import KERNELS, bytes_hops, fec_fat_tree, kernel_schedule, placement_for
+from repro.hpc.dragonfly import with_endpoint_overhead
+from repro.hpc.simgrid import simulate
 
 CODES = ("rs544", "hamming_sec", "hamming_secded", "none")
 FRAME_BYTES = fec.DATA_BITS_PER_FRAME / 8

@@ -25,7 +25,6 @@ conventions.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,16 +32,16 @@ import matplotlib.pyplot as plt
 import networkx as nx
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from repro.collectives import kautz_mp
 from repro.collectives.algorithms import build_schedule, closed_form_cost
-from repro.collectives.dragonfly import ROUTINGS, dragonfly, with_endpoint_overhead
-from repro.collectives.executors.mpi_worker import KAUTZ_CASES, launch_worker
-from repro.collectives.executors.simgrid import simulate
-from repro.collectives.ir import Schedule, messages
-from repro.collectives.platforms import Platform, kautz
+from repro.collectives.mpi_worker import KAUTZ_CASES, launch_worker
 from repro.collectives.sweep import ELEMENT_BYTES
+from repro.hpc.dragonfly import ROUTINGS, dragonfly, with_endpoint_overhead
+from repro.hpc.ir import Schedule, messages
+from repro.hpc.platforms import Platform, kautz
+from repro.hpc.simgrid import simulate
+from repro.parallel import thread_map
 
 INJECTIONS = ("equal", "one_link")
 """Dragonfly bandwidth conventions: equal injection per end point, or one link per host."""
@@ -71,7 +70,7 @@ class NetworkSetup:
         host injects what an FPGA injects over its ``d`` ports (the fair
         comparison); ``"one_link"``: one link's bandwidth per host.
     df_routing:
-        Dragonfly routings simulated (:data:`~repro.collectives.dragonfly.ROUTINGS`).
+        Dragonfly routings simulated (:data:`~repro.hpc.dragonfly.ROUTINGS`).
     """
 
     d: int
@@ -250,8 +249,7 @@ def kautz_sweep(setup: NetworkSetup, sizes: list[int], seeds: list[int],
                 for seed in seeds:
                     jobs.append(SimulationJob("Dragonfly", label, nbytes, seed, model, sch, pf,
                                               tuple(dragonfly_placement(p, seed))))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        rows += list(tqdm(pool.map(run_job, jobs), total=len(jobs), desc="simulations", disable=not progress))
+    rows += thread_map(run_job, jobs, workers, desc="simulations", progress=progress)
     cols = ["network", "algorithm", "bytes", "seed", "time_s", "model_s", "how"]
     return pd.DataFrame(rows)[cols].sort_values(["bytes", "network", "algorithm", "seed"], kind="stable",
                                                 ignore_index=True)

@@ -1,7 +1,7 @@
 """Driver of the ``multileader-allreduce`` chapter: multi-leader hierarchical allreduce on a GPU cluster.
 
 :func:`points` builds the sweep (every node count x algorithm x size on a
-:func:`~repro.collectives.platforms.gpu_cluster`), :func:`add_energy` adds the
+:func:`~repro.hpc.platforms.gpu_cluster`), :func:`add_energy` adds the
 network energy of every simulated point under the TSUBAME3 power constants,
 and :func:`claims` turns the table into the per-node-count values the ledger
 records.  Every claim is *modelled* (fixed by assumed platform and power
@@ -39,7 +39,7 @@ NVLink 11.2 W, PCIe 1 W)."""
 
 
 def gpu_link_class(name: str) -> str | None:
-    """Power class of a :func:`~repro.collectives.platforms.gpu_cluster` link (None: not counted)."""
+    """Power class of a :func:`~repro.hpc.platforms.gpu_cluster` link (None: not counted)."""
     for prefix, cls in (("nvl", "nvlink"), ("pcie", "pcie"), ("nic", "ib")):
         if name.startswith(prefix):
             return cls

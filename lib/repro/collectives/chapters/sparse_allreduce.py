@@ -20,12 +20,12 @@ import pandas as pd
 from tqdm import tqdm
 
 from repro.collectives import sparse
-from repro.collectives.dragonfly import with_endpoint_overhead
-from repro.collectives.executors.mpi_worker import launch_worker
-from repro.collectives.executors.simgrid import simulate
-from repro.collectives.ir import Schedule
+from repro.collectives.mpi_worker import launch_worker
 from repro.collectives.npb_skeletons import trace_schedule
-from repro.collectives.platforms import Platform, gpu_cluster
+from repro.hpc.dragonfly import with_endpoint_overhead
+from repro.hpc.ir import Schedule
+from repro.hpc.platforms import Platform, gpu_cluster
+from repro.hpc.simgrid import simulate
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class ClusterModel:
         return self.nodes * self.k
 
     def platform(self) -> Platform:
-        """The cluster as a SimGrid platform, built by :func:`repro.collectives.platforms.gpu_cluster`.
+        """The cluster as a SimGrid platform, built by :func:`repro.hpc.platforms.gpu_cluster`.
 
         NVLink inside a node; between nodes GPU -> PCIe switch -> NIC (two per node
         when ``k`` is even, sharing ``nic_gbs``) -> non-blocking fabric -> mirror

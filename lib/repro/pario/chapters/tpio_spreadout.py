@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from repro.collectives.platforms import Platform
+from repro.hpc.platforms import Platform
 from repro.pario.exchange_sim import DragonflyConstants, best_speedup, irregular_pattern, platform_for, simulate_kernel
 from repro.pario.figures import speedup_against_queue_cost
 from repro.pario.kernels import EndpointModel, KernelSpec, round_loads, round_table

@@ -1,11 +1,11 @@
-"""Per-rank worker: ``mpiexec -n P python -m mpi4py -m repro.collectives.executors.mpi_worker ...``.
+"""Per-rank worker: ``mpiexec -n P python -m mpi4py -m repro.collectives.mpi_worker ...``.
 
 Modes
 -----
 ``check``
     For every algorithm x length x dtype: build a deterministic (seeded) input
     per rank, run our schedule with
-    :func:`~repro.collectives.executors.mpi.execute_mpi` and MPI's own
+    :func:`~repro.hpc.mpi.execute_mpi` and MPI's own
     ``Allreduce``/``Alltoall``, and compare (exactly for integers and for every
     all-to-all; for floating-point allreduce within the summation-order bound
     ``2 p eps sum_i |x_i|``).  Also checks that all ranks hold bit-identical
@@ -30,7 +30,7 @@ Rank 0 writes a JSON report atomically to ``--out``: ``ok`` is true only when
 at least one case ran and every case that ran matched; ``n_cases`` counts the
 cases that ran, ``n_skipped`` those that did not apply.  ``--sleep`` makes every
 rank sleep first (to test launcher timeouts).  Run it through
-:func:`launch_worker` (or :func:`~repro.collectives.executors.launcher.run_mpi`),
+:func:`launch_worker` (or :func:`~repro.hpc.launcher.run_mpi`),
 which starts every rank under ``python -m mpi4py`` so that a rank that raises
 aborts the whole job.
 """
@@ -58,12 +58,12 @@ from repro.collectives.algorithms import (
     parse_spec,
     resolve_params,
 )
-from repro.collectives.executors.launcher import run_mpi
-from repro.collectives.executors.mpi import execute_mpi
+from repro.hpc.launcher import run_mpi
+from repro.hpc.mpi import execute_mpi
 
 MODES = ("check", "bench", "kautz", "sparse")
 KAUTZ_CASES = ("allreduce", "allgather", "reduce_scatter")
-MODULE = "repro.collectives.executors.mpi_worker"
+MODULE = "repro.collectives.mpi_worker"
 
 
 def make_input(kind: str, p: int, n: int, dtype: str, seed: int, rank: int, case: int) -> np.ndarray:
@@ -370,7 +370,7 @@ def launch_worker(mode: str, nprocs: int, options: Sequence[str], timeout: float
 
     Raises
     ------
-    repro.collectives.executors.launcher.MPIRunError
+    repro.hpc.launcher.MPIRunError
         On a crash of any rank (with its traceback) or a timeout.
     """
     if mode not in MODES:

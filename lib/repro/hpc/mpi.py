@@ -4,7 +4,7 @@ Each step: local copies, then every receive is posted (``Irecv`` into a fresh
 buffer), every send is packed and posted (``Isend``), all are completed
 (``Waitall``), and the receives are applied in schedule order.  Packing before
 any receive lands gives exactly the step semantics of
-:mod:`repro.collectives.ir`, so the result equals the reference executor's.
+:mod:`repro.hpc.ir`, so the result equals the reference executor's.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from repro.collectives.executors.reference import BlockIndex
-from repro.collectives.ir import Schedule
+from repro.hpc.ir import Schedule
+from repro.hpc.reference import BlockIndex
 
 TAG_BASE = 7700
 

@@ -9,7 +9,7 @@ reference and MPI executors.  Reductions optionally cost compute time
 (``gamma`` seconds per reduced byte).
 
 The simulation runs in a child process (``python -m
-repro.collectives.executors.simgrid``): a SimGrid engine can be created only once
+repro.hpc.simgrid``): a SimGrid engine can be created only once
 per process, and a crash in the binding must not take the caller down.
 Network model: CM02 without cross-traffic and without the TCP-window bound,
 so an uncontended message costs ``latency + bytes / bandwidth``.
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from repro.collectives.ir import SUM, Schedule
-from repro.collectives.platforms import Platform
+from repro.hpc.ir import SUM, Schedule
+from repro.hpc.platforms import Platform
 
 SIMGRID_CONFIG = ["network/model:CM02", "network/crosstraffic:0", "network/TCP-gamma:0"]
 
@@ -98,7 +98,7 @@ def simulate(schedule: Schedule, platform: Platform, itemsize: int = 4, *, gamma
         with job.open("wb") as fh:
             pickle.dump({"schedule": schedule, "hosts": hosts, "itemsize": itemsize, "gamma": gamma,
                          "speed": platform.host_speed}, fh)
-        cmd = [sys.executable, "-m", "repro.collectives.executors.simgrid", "--platform", str(xml),
+        cmd = [sys.executable, "-m", "repro.hpc.simgrid", "--platform", str(xml),
                "--job", str(job), "--out", str(out)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -1,6 +1,6 @@
 """Switched Dragonfly platform and endpoint start-up overhead for the SimGrid executor.
 
-:func:`dragonfly` builds a :class:`~repro.collectives.platforms.Platform` (pure
+:func:`dragonfly` builds a :class:`~repro.hpc.platforms.Platform` (pure
 python) for a Dragonfly of
 ``groups`` groups of ``routers`` routers with ``hosts_per_router`` hosts each;
 routers of a group are fully connected and every pair of groups is joined by
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 
-from repro.collectives.platforms import Link, Platform, Zone, ZoneRoute, wrap_host_routes
+from repro.hpc.platforms import Link, Platform, Zone, ZoneRoute, wrap_host_routes
 from repro.validation import check_nonneg, check_positive, check_positive_int
 
 

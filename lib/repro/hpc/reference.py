@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from repro.collectives.ir import COPY, Schedule
+from repro.hpc.ir import COPY, Schedule
 
 Observer = Callable[[str, int, int, tuple[int, ...], np.ndarray], None]
 """``observer(event, rank, step, blocks, data)``; ``event`` is ``"recv"`` or ``"copy"``."""
