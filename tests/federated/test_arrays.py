@@ -8,7 +8,7 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from repro.federated.client import from_array, to_array
+from repro.federated.arrays import from_array, to_array
 from repro.federated.strategies import average_arrays
 
 RNG = np.random.default_rng(0)

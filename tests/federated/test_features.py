@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
+from repro.federated.arrays import to_arrayrecord
 from repro.federated.cadis import last_layer_features
-from repro.federated.client import to_arrayrecord
 from repro.federated.engine import initial_arrays
 from repro.federated.features import (
     last_layer_deviations,

@@ -7,7 +7,8 @@ import pytest
 import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
-from repro.federated.client import LocalSGD, client_seed, from_arrayrecord, make_client_app, to_arrayrecord
+from repro.federated.arrays import from_arrayrecord, to_arrayrecord
+from repro.federated.client import LocalSGD, client_seed, make_client_app
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.feddyn import FEDDYN_STATE, FedDyn, feddyn_train, make_feddyn_client_app
 from repro.federated.scaffold import (

@@ -32,7 +32,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, M
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
-from repro.federated.client import RunConfig, from_arrayrecord, make_client_app
+from repro.federated.arrays import from_arrayrecord
+from repro.federated.client import RunConfig, make_client_app
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, client_data, work_model
 from repro.models import set_weights

@@ -36,7 +36,8 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
 from repro.devices import resolve_device
-from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, from_array, local_sgd
+from repro.federated.arrays import from_array
+from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, local_sgd
 from repro.federated.features import last_layer_updates, row_normalised
 from repro.federated.kd import kd_loss
 from repro.federated.task import TaskSpec

@@ -37,8 +37,9 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from tqdm import tqdm
 
-from repro.federated.client import from_array, from_arrayrecord, to_arrayrecord
+from repro.federated.arrays import from_array, from_arrayrecord, to_arrayrecord
 from repro.federated.deployment import run_deployed
+from repro.federated.replies import ClientFailed, raise_on_failed
 from repro.federated.strategies import SeededFedAvg, discover_partitions
 from repro.federated.task import TaskSpec, build_model, evaluate, load_task_data
 from repro.models import get_weights, set_weights
@@ -138,10 +139,6 @@ class History:
 EvalFn = Callable[[ArrayRecord], dict[str, float]]
 
 
-class ClientFailed(RuntimeError):
-    """A client's reply carried an error, or never came; the run stops instead of averaging fewer clients."""
-
-
 class StrictGrid:
     """A Flower ``Grid`` whose ``send_and_receive`` refuses failed or missing replies.
 
@@ -159,10 +156,7 @@ class StrictGrid:
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         """Deliver ``messages``; raise :class:`ClientFailed` naming the node if any reply failed or is missing."""
         sent = list(messages)
-        replies = list(self._grid.send_and_receive(sent, timeout=timeout))
-        for r in replies:
-            if r.has_error():
-                raise ClientFailed(f"client on node {r.metadata.src_node_id} failed: {r.error.reason}")
+        replies = raise_on_failed(self._grid.send_and_receive(sent, timeout=timeout))
         if len(replies) != len(sent):
             raise ClientFailed(f"{len(sent) - len(replies)} of {len(sent)} clients sent no reply within the timeout")
         return replies

@@ -36,14 +36,8 @@ from flwr.serverapp import Grid
 
 from repro import models
 from repro.devices import resolve_device
-from repro.federated.client import (
-    LOCAL_STATE_KEY,
-    LocalSettings,
-    RunConfig,
-    client_app_with,
-    from_arrayrecord,
-    to_arrayrecord,
-)
+from repro.federated.arrays import from_arrayrecord, to_arrayrecord
+from repro.federated.client import LOCAL_STATE_KEY, LocalSettings, RunConfig, client_app_with
 from repro.federated.engine import EvalFn
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, client_data, evaluate, load_task_data

@@ -36,7 +36,8 @@ import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from repro.federated.client import RunConfig, client_app_with, from_arrayrecord
+from repro.federated.arrays import from_arrayrecord
+from repro.federated.client import RunConfig, client_app_with
 from repro.federated.regularised import train_regularised
 from repro.federated.task import TaskSpec, client_data, work_model
 from repro.federated.weighting import AggregationWeightPolicy

@@ -20,16 +20,8 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
 from flwr.clientapp import ClientApp
 
-from repro.federated.client import (
-    RunConfig,
-    begin_round,
-    client_app_with,
-    finish_round,
-    from_array,
-    from_arrayrecord,
-    penalised_sgd,
-    to_arrayrecord,
-)
+from repro.federated.arrays import from_array, from_arrayrecord, to_arrayrecord
+from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, penalised_sgd
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec
 from repro.models import get_weights

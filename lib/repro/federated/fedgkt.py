@@ -40,20 +40,19 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, M
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
+from repro.federated.arrays import from_arrayrecord, to_array, to_arrayrecord
 from repro.federated.client import (
     LOCAL_STATE_KEY,
     RunConfig,
     begin_round,
     client_app_with,
     finish_round,
-    from_arrayrecord,
-    to_array,
-    to_arrayrecord,
     train_locally,
 )
 from repro.federated.comm import CommLedger
 from repro.federated.engine import EvalFn
 from repro.federated.kd import kd_loss
+from repro.federated.replies import ordered_replies, partition_of
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model, evaluate, load_task_data
 from repro.models import get_weights, mlp, set_weights
@@ -155,10 +154,6 @@ class GktTask:
             set_weights(client, unprefixed(weights, client_prefix(pid)))
             yield pair
 
-
-def partition_of(reply: Message) -> int:
-    """The partition id a client's reply names in its metrics."""
-    return int(reply.content["metrics"]["partition-id"])
 
 
 def unprefixed(weights: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
@@ -363,11 +358,7 @@ class FedGKT(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Train the server model on every reply's features; keep its logits per client; return the global record."""
-        replies = list(replies)
-        for m in replies:  # the server trains on every client's samples or on none
-            if m.has_error():
-                raise RuntimeError(f"round {server_round}: a client failed: {m.error.reason}")
-        replies.sort(key=partition_of)
+        replies = ordered_replies(server_round, replies)  # the server trains on every client's samples or on none
         pids = [partition_of(m) for m in replies]
         received = [from_arrayrecord(m.content["arrays"]) for m in replies]
         data = Received(*(np.concatenate([r[k] for r in received]) for k in (FEATURES_KEY, LABELS_KEY, LOGITS_KEY)))

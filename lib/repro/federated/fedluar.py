@@ -35,7 +35,7 @@ from typing import Iterable
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 
-from repro.federated.client import from_arrayrecord, to_arrayrecord
+from repro.federated.arrays import from_arrayrecord, to_arrayrecord
 from repro.federated.strategies import SeededFedAvg
 
 MODES = ("recycle", "drop")

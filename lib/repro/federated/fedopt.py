@@ -19,7 +19,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvgM, FedYogi
 
-from repro.federated.client import from_array
+from repro.federated.arrays import from_array
 from repro.federated.strategies import SeededFedAvg
 
 

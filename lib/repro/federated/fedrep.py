@@ -21,6 +21,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
 from flwr.clientapp import ClientApp
 
+from repro.federated.arrays import from_array, from_arrayrecord, to_arrayrecord
 from repro.federated.client import (
     LOCAL_STATE_KEY,
     LocalSettings,
@@ -29,9 +30,6 @@ from repro.federated.client import (
     client_app_with,
     client_data,
     finish_round,
-    from_array,
-    from_arrayrecord,
-    to_arrayrecord,
     train_locally,
 )
 from repro.federated.strategies import SeededFedAvg

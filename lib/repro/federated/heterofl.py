@@ -36,17 +36,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, M
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
-from repro.federated.client import (
-    ClientRound,
-    begin_round,
-    client_app_with,
-    finish_round,
-    from_arrayrecord,
-    to_arrayrecord,
-    train_locally,
-)
+from repro.federated.arrays import from_arrayrecord, to_arrayrecord
+from repro.federated.client import ClientRound, begin_round, client_app_with, finish_round, train_locally
 from repro.federated.comm import CommLedger
 from repro.federated.partial import layer_groups
+from repro.federated.replies import ordered_replies
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec
 from repro.federated.tiers import Tier
@@ -178,10 +172,7 @@ class WidthReduced(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Entry-wise weighted average over the clients whose slice held each entry."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
-        errors = [m for m in replies if m.has_error()]
-        if errors:
-            raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {errors[0].error.reason}")
+        replies = ordered_replies(server_round, replies)
         assert self.comm is not None
         for m in replies:
             ratio = self._width_of[int(m.content["metrics"]["partition-id"])]

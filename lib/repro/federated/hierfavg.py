@@ -26,6 +26,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
+from repro.federated.replies import ordered_replies
 from repro.federated.strategies import SeededFedAvg
 
 
@@ -76,10 +77,7 @@ class HierFAVG(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """FedAvg within each edge; at a cloud round, the sample-weighted average of the edges."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
-        errors = [m for m in replies if m.has_error()]
-        if errors:
-            raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {errors[0].error.reason}")
+        replies = ordered_replies(server_round, replies)
         by_edge: dict[int, list[Message]] = {}
         for m in replies:
             by_edge.setdefault(self.edge_of[int(m.content["metrics"]["partition-id"])], []).append(m)

@@ -28,7 +28,8 @@ import torch
 from flwr.app import ArrayRecord, Context, Message
 from flwr.clientapp import ClientApp
 
-from repro.federated.client import RunConfig, client_app_with, finish_round, own_model_round, to_arrayrecord, train_locally
+from repro.federated.arrays import to_arrayrecord
+from repro.federated.client import RunConfig, client_app_with, finish_round, own_model_round, train_locally
 from repro.models import get_weights
 
 ClientData = Callable[[int], tuple[np.ndarray, np.ndarray]]

@@ -28,16 +28,9 @@ import torch
 from flwr.app import ArrayRecord, Context, Message
 from flwr.clientapp import ClientApp
 
+from repro.federated.arrays import from_arrayrecord, to_arrayrecord
 from repro.federated.audio import KEYWORD_CLASSES, Speaker, add_noise, keyword_clip, log_mel_batch
-from repro.federated.client import (
-    RunConfig,
-    client_app_with,
-    finish_round,
-    from_arrayrecord,
-    own_model_round,
-    to_arrayrecord,
-    train_locally,
-)
+from repro.federated.client import RunConfig, client_app_with, finish_round, own_model_round, train_locally
 from repro.federated.label_noise import noisy_labels, transition_matrix
 from repro.federated.task import evaluate_on
 from repro.models import get_weights, set_weights

@@ -50,18 +50,12 @@ from flwr.serverapp import Grid
 
 from repro import models
 from repro.devices import resolve_device
-from repro.federated.client import (
-    LocalSettings,
-    RunConfig,
-    client_app_with,
-    client_seed,
-    from_arrayrecord,
-    to_arrayrecord,
-    train_locally,
-)
+from repro.federated.arrays import from_arrayrecord, to_arrayrecord
+from repro.federated.client import LocalSettings, RunConfig, client_app_with, client_seed, train_locally
 from repro.federated.engine import EvalFn
 from repro.federated.feddf import distill, labelled_split, server_distill
 from repro.federated.partial import layerwise_average
+from repro.federated.replies import ordered_replies
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model, client_data, evaluate, load_task_data
 from repro.federated.tiers import Tier
@@ -318,10 +312,7 @@ class TwoModelFedAvg(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the trained model over the replies; after step 2, FedDF's server distillation if asked."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
-        errors = [m for m in replies if m.has_error()]
-        if errors:
-            raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {errors[0].error.reason}")
+        replies = ordered_replies(server_round, replies)
         assert self._current is not None and self.comm is not None
         for m in replies:
             sent = self._sent[int(m.content["metrics"]["partition-id"])]

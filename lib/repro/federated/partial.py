@@ -25,6 +25,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from repro.federated.client import begin_round, client_app_with, finish_round, train_locally
+from repro.federated.replies import ordered_replies
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec
 from repro.federated.tiers import Tier
@@ -112,10 +113,7 @@ class PartialTraining(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Layer-wise average over the clients that trained each layer; count each client's traffic."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
-        errors = [m for m in replies if m.has_error()]
-        if errors:
-            raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {errors[0].error.reason}")
+        replies = ordered_replies(server_round, replies)
         assert self._current is not None and self.comm is not None
         keys = list(self._current.keys())
         counts = {k: 0 for k in keys}

@@ -36,7 +36,8 @@ from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy.multikrum import select_multikrum
 
-from repro.federated.client import RunConfig, client_app_with, from_arrayrecord, to_arrayrecord, train_shared
+from repro.federated.arrays import from_arrayrecord, to_arrayrecord
+from repro.federated.client import RunConfig, client_app_with, train_shared
 from repro.federated.features import last_layer_deviations, last_layer_stack
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, client_data, load_task_data

@@ -63,8 +63,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from repro.federated.client import from_arrayrecord, to_arrayrecord
+from repro.federated.arrays import from_arrayrecord, to_arrayrecord
 from repro.federated.regularised import FISHER
+from repro.federated.replies import ordered_replies
 from repro.federated.strategies import SeededFedAvg
 
 
@@ -308,10 +309,7 @@ class SAFA(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Store each trained model, grow its importance and volume, form the global model, pull every ``u`` rounds."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
-        errors = [m for m in replies if m.has_error()]
-        if errors:
-            raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {errors[0].error.reason}")
+        replies = ordered_replies(server_round, replies)
         records = []
         for m in replies:
             k = int(m.content["metrics"]["model-index"])

@@ -35,7 +35,8 @@ from flwr.app import MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from repro.devices import resolve_device
-from repro.federated.client import client_seed, from_arrayrecord, round_seed, to_arrayrecord
+from repro.federated.arrays import from_arrayrecord, to_arrayrecord
+from repro.federated.client import client_seed, round_seed
 from repro.federated.split import Exchange, SplitBatch, split_sequential, split_step
 from repro.federated.task import TaskSpec, build_model, client_data, evaluate
 from repro.federated.tiers import FLOAT_BYTES

@@ -21,12 +21,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 
-from repro.federated.client import from_array, to_arrayrecord
+from repro.federated.arrays import from_array, to_arrayrecord
 from repro.federated.comm import CommLedger
+from repro.federated.replies import ordered_replies
 
 
 def average_arrays(contents: list[RecordDict], weighted_by_key: str) -> ArrayRecord:
-    """Flower's ``aggregate_arrayrecords``, with each reply's arrays read by :func:`~repro.federated.client.from_array`.
+    """Flower's ``aggregate_arrayrecords``, with each reply's arrays read by :func:`~repro.federated.arrays.from_array`.
 
     The same weights (each reply's ``weighted_by_key`` over their sum), the
     same order of operations (``a * w``, then ``+= a * w`` reply by reply), so
@@ -163,10 +164,7 @@ class SeededFedAvg(FedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Flower's FedAvg aggregation (arrays read by :func:`average_arrays`), plus the round's communication record."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
-        errors = [m for m in replies if m.has_error()]
-        if errors:
-            raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {errors[0].error.reason}")
+        replies = ordered_replies(server_round, replies)
         if self._next_aggregation() is FedAvg.aggregate_train:
             arrays, metrics = self._fedavg_aggregate(replies)
         else:  # a Flower strategy between us and FedAvg (FedProx's is FedAvg's; FedAdam steps after it) goes first

@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 from flwr.app import ArrayRecord
 
-from repro.federated.client import from_arrayrecord
+from repro.federated.arrays import from_arrayrecord
 from repro.federated.task import TaskSpec, build_model, load_task_data
 from repro.models import set_weights
 

@@ -15,7 +15,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from repro.federated.client import from_arrayrecord, to_arrayrecord
+from repro.federated.arrays import from_arrayrecord, to_arrayrecord
 from repro.federated.strategies import SeededFedAvg
 
 

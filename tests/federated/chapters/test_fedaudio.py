@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro.federated.arrays import to_arrayrecord
 from repro.federated.chapters import fedaudio as driver
-from repro.federated.client import to_arrayrecord
 from repro.federated.engine import History
 from repro.federated.keywords import KeywordTask, keyword_cnn, keyword_initial
 from repro.models import get_weights

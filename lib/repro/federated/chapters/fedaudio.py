@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from repro.federated.arrays import from_arrayrecord
 from repro.federated.audio import KEYWORD_CLASSES
-from repro.federated.client import from_arrayrecord
 from repro.federated.engine import History, RunSummary, eval_schedule, run_federated
 from repro.federated.fedopt import SERVER_OPTIMISERS
 from repro.federated.figures import accuracy_curves

@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from repro.federated.client import LocalSGD, from_arrayrecord, make_client_app
+from repro.federated.arrays import from_arrayrecord
+from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import History, RunSummary, central_evaluator, eval_schedule, initial_arrays
 from repro.federated.feddct import (
     FedDCT,

@@ -17,7 +17,8 @@ import pandas as pd
 import torch
 
 from repro.federated import robust
-from repro.federated.client import LocalSGD, from_arrayrecord
+from repro.federated.arrays import from_arrayrecord
+from repro.federated.client import LocalSGD
 from repro.federated.engine import central_evaluator, eval_schedule, initial_arrays, run_federated
 from repro.federated.task import TaskSpec, build_model
 from repro.models import set_weights

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from repro.federated.client import from_arrayrecord
+from repro.federated.arrays import from_arrayrecord
 from repro.federated.engine import RunSummary
 from repro.federated.figures import mean_sd, seed_sd, tuned_accuracy_curves
 from repro.federated.ondevice_kd import (

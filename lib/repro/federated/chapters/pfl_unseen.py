@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from repro.federated.client import client_app_with, from_arrayrecord, train_shared
+from repro.federated.arrays import from_arrayrecord
+from repro.federated.client import client_app_with, train_shared
 from repro.federated.engine import eval_schedule, initial_arrays, run_federated
 from repro.federated.feature_shift import ImageShift, draw_shifts
 from repro.federated.fedrep import FedRep, make_fedrep_client_app
