@@ -23,18 +23,23 @@ from matplotlib.figure import Figure
 from repro import atomic, results
 from repro.params import DEFAULT_PROFILE
 from repro.paths import executed_notebook, repo_root
-from repro.registry import BAND, VERDICT_CLASSES, Chapter, Registry, load_registry, verdict_class
+from repro.reference import REFERENCE_PROFILE, compare, latest_left_reference, load_reference
+from repro.registry import BAND, Chapter, Registry, load_registry
 from repro.runner import status, verdict_counts
+from repro.verdicts import COUNTED_CLASSES, VERDICT_CLASSES, rule_text, verdict_class
 
 #: The colour of each scoreboard class in the figures.
 CLASS_COLOURS = {
     "reproduced": "#2e7d32",
+    "direction only (no paper number)": "#fdd835",
+    "smaller than the paper": "#fb8c00",
     "exceeds the paper": "#9ccc65",
-    "direction only": "#fbc02d",
     "not reproduced at this scale": "#c62828",
     "precondition not met": "#8d6e63",
     "structural": "#78909c",
     "modelled": "#7e57c2",
+    "not judged": "#e0e0e0",
+    "preconditions (not counted)": "#bdbdbd",
 }
 
 
@@ -54,6 +59,8 @@ class ScoredClaim:
     std: float | None
     n: int
     verdict: str | None
+    ci_low: float | None = None
+    ci_high: float | None = None
 
 
 def scored_claims(registry: Registry, profile: str) -> list[ScoredClaim]:
@@ -66,8 +73,9 @@ def scored_claims(registry: Registry, profile: str) -> list[ScoredClaim]:
             out.append(ScoredClaim(
                 chapter=ch, claim_id=claim.id, metric=claim.metric, unit=claim.unit, paper_value=claim.paper_value,
                 null_value=claim.null_value, paper_display=claim.paper_display,
-                rule=claim.rule, mean=None if got is None else got["mean"], std=None if got is None else got["std"],
+                rule=rule_text(claim), mean=None if got is None else got["mean"], std=None if got is None else got["std"],
                 n=0 if got is None else got["n"], verdict=None if got is None else got["verdict"],
+                ci_low=None if got is None else got.get("ci_low"), ci_high=None if got is None else got.get("ci_high"),
             ))
     return out
 
@@ -85,7 +93,8 @@ def verdicts_by_family_svg(registry: Registry, claims: list[ScoredClaim]) -> str
     fig = Figure(figsize=(7.5, 0.45 * len(fams) + 1.2))
     ax = fig.subplots()
     left = [0] * len(fams)
-    for name, colour in CLASS_COLOURS.items():
+    for name in COUNTED_CLASSES:
+        colour = CLASS_COLOURS[name]
         counts = [sum(1 for c in claims if c.chapter.family == f and c.verdict and verdict_class(c.verdict) == name)
                   for f in fams]
         ax.barh(range(len(fams)), counts, left=left, color=colour, label=name)
@@ -183,9 +192,53 @@ def chapter_page(chapter: Chapter, profile: str, root: Path) -> dict[str, Any]:
         if "parameters" in tags and "remove-cell" not in tags:
             tags.append("remove-cell")
     first_md = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown")
-    box = profile_banner(profile) + provenance_markdown(record) + papermill_markdown(chapter)
+    box = (profile_banner(profile) + provenance_markdown(record) + reference_markdown(chapter, record)
+           + papermill_markdown(chapter))
     nb["cells"].insert(first_md + 1, _md_cell(box, "provenance"))
+    nb["cells"].insert(first_md + 2, _md_cell(fidelity_markdown(chapter), "fidelity"))
     return nb
+
+
+def fidelity_markdown(chapter: Chapter) -> str:
+    """The chapter's fidelity table: each part of the paper, implemented, substituted or omitted, and the score."""
+    if not chapter.fidelity:
+        return "## Fidelity to the paper\n\nThis chapter's fidelity table has not been drawn up yet.\n"
+    rows = "\n".join(
+        f"| {i.part} | {_cell(i.name)} | {i.status}{' (cpu profile only)' if i.cpu_only else ''} | "
+        f"{_cell(i.by)} | {_cell(i.reason)} |" for i in chapter.fidelity)
+    counts = {s: sum(1 for i in chapter.fidelity if i.status == s) for s in ("implemented", "substituted", "omitted")}
+    return (
+        "## Fidelity to the paper\n\n"
+        f"**Fidelity score {chapter.fidelity_score:.2f}**: {counts['implemented']} of the paper's "
+        f"{len(chapter.fidelity)} parts implemented, {counts['substituted']} substituted (half a point each) and "
+        f"{counts['omitted']} omitted (see the {{doc}}`introduction </intro>`).\n\n"
+        "| part | in the paper | here | substituted by | why |\n|---|---|---|---|---|\n" + rows + "\n"
+    )
+
+
+def reference_markdown(chapter: Chapter, record: dict[str, Any]) -> str:
+    """The chapter's reference record beside the run on the page (empty when it has none)."""
+    reference = load_reference(chapter.id)
+    if reference is None:
+        return ""
+    mine = record["profile"] == REFERENCE_PROFILE
+    checks = {c.claim: c for c in compare(reference, record)} if mine else {}
+    rows = []
+    for cid, ref in reference["claims"].items():
+        ci = "" if ref.get("ci_low") is None or ref["n"] < 2 else f" [{ref['ci_low']:.3g}, {ref['ci_high']:.3g}]"
+        check = checks.get(cid)
+        here = "" if check is None else (f"{check.new_mean:.3g}, " + ("inside" if check.inside else "**outside**")
+                                         + f" [{check.low:.3g}, {check.high:.3g}]")
+        rows.append(f"| `{cid}` | {ref['mean']:.3g}{ci} (n={ref['n']}) | {ref['verdict']} | {here} |")
+    return (
+        "```{admonition} Reference record\n:class: note\n\n"
+        f"`reference/{chapter.id}.json`: the committed `{REFERENCE_PROFILE}` run of commit "
+        f"`{reference['git_sha'][:12]}` ({reference['finished_at']}, {reference['hardware']}). "
+        "This page's run is set against the 95% prediction interval of the reference seeds "
+        f"(`repro check {chapter.id}`).\n\n"
+        "| claim | reference mean, 95% interval | reference verdict | this run against it |\n|---|---|---|---|\n"
+        + "\n".join(rows) + "\n```\n"
+    )
 
 
 def papermill_markdown(chapter: Chapter) -> str:
@@ -210,6 +263,13 @@ def toc(registry: Registry) -> dict[str, Any]:
     return {"format": "jb-book", "root": "intro", "parts": parts}
 
 
+def _ours(c: ScoredClaim) -> str:
+    if c.mean is None:
+        return "not run"
+    interval = "" if c.ci_low is None or c.ci_high is None or c.n < 2 else f", 95% [{c.ci_low:.3g}, {c.ci_high:.3g}]"
+    return f"{c.mean:.3g} ± {c.std:.2g} {c.unit}{interval} (n={c.n})"
+
+
 def scoreboard_rows(registry: Registry, profile: str) -> list[dict[str, str]]:
     """One row per claim of every chapter, from the ledger files."""
     rows = []
@@ -218,7 +278,7 @@ def scoreboard_rows(registry: Registry, profile: str) -> list[dict[str, str]]:
             "chapter": f"{{doc}}`{c.chapter.id} <chapters/{c.chapter.family}/{c.chapter.id}>`",
             "claim": c.metric,
             "paper": c.paper_display,
-            "ours": "not run" if c.mean is None else f"{c.mean:.2f} ± {c.std:.2f} {c.unit} (n={c.n})",
+            "ours": _ours(c),
             "profile": profile if c.mean is not None else "",
             "verdict": "not run" if c.verdict is None else c.verdict,
         })
@@ -239,29 +299,55 @@ def class_counts(registry: Registry, profile: str) -> dict[str, int]:
     return counts
 
 
+def _score(chapter: Chapter) -> str:
+    score = chapter.fidelity_score
+    return "–" if score is None else f"{score:.2f}"
+
+
+def family_table(registry: Registry, claims: list[ScoredClaim]) -> str:
+    """Per family and chapter: the fidelity score and the count of each counted verdict class."""
+    head = "| chapter | fidelity | " + " | ".join(COUNTED_CLASSES) + " |\n|---|---|" + "---|" * len(COUNTED_CLASSES) + "\n"
+    rows = []
+    for fam, chapters in registry.by_family().items():
+        rows.append(f"| **{registry.families[fam]}** | |" + " |" * len(COUNTED_CLASSES))
+        for ch in chapters:
+            mine = [verdict_class(c.verdict) for c in claims if c.chapter.id == ch.id and c.verdict]
+            counts = [str(mine.count(k)) if mine.count(k) else "" for k in COUNTED_CLASSES]
+            rows.append(f"| {{doc}}`{ch.id} <chapters/{ch.family}/{ch.id}>` | {_score(ch)} | " + " | ".join(counts) + " |")
+    return head + "\n".join(rows) + "\n"
+
+
 def scoreboard_markdown(registry: Registry, profile: str) -> str:
-    """The scoreboard page: two figures from the ledger, the totals per class, then every claim."""
+    """The scoreboard page: the evidence first, the classes per family, two figures, then every claim."""
     rows = scoreboard_rows(registry, profile)
     claims = scored_claims(registry, profile)
     counts = class_counts(registry, profile)
-    measured = sum(counts[k] for k in ("reproduced", "exceeds the paper", "direction only",
-                                       "not reproduced at this scale", "precondition not met"))
-    summary = "; ".join(f"{name}: {n}" for name, n in counts.items() if n)
+    counted = sum(counts[k] for k in COUNTED_CLASSES)
+    order = ", ".join(f"{name}: {counts[name]}" for name in COUNTED_CLASSES[1:])
+    aside = ", ".join(f"{name}: {counts[name]}" for name in (*tuple(VERDICT_CLASSES)[len(COUNTED_CLASSES):], "not run")
+                      if counts[name])
+    scores = [ch.fidelity_score for ch in registry.chapters if ch.fidelity_score is not None]
+    fidelity = (f" The mean fidelity score over {len(scores)} chapters is {sum(scores) / len(scores):.2f}."
+                if scores else "")
     head = "| " + " | ".join(rows[0]) + " |\n|" + "---|" * len(rows[0]) + "\n" if rows else ""
     body = "".join("| " + " | ".join(_cell(v) for v in r.values()) + " |\n" for r in rows)
+    smoke = ("\n```{important}\nThese are `smoke` runs: they prove that the code runs and are never judged.\n```\n"
+             if profile == "smoke" else "")
     return (
         "# Scoreboard\n\n"
         f"Every claim of every chapter at the `{profile}` profile, judged by the book's one convention (see the "
         "{doc}`introduction <intro>`). This page is generated from the results ledger; nothing on it is typed "
-        "by hand except the papers' own values.\n\n"
-        f"**Totals.** {measured} measured claims and {counts['structural']} structural and {counts['modelled']} "
-        f"modelled ones, counted apart. {summary or 'no claims yet'}.\n\n"
+        "by hand except the papers' own values.\n" + smoke + "\n"
+        f"**{counts['reproduced']} of {counted} counted claims are reproduced within the band** (0.5–2× the "
+        f"paper's number, with the 95% interval on the paper's side). The others: {order}."
+        + (f" Shown, not counted: {aside}." if aside else "") + fidelity + "\n\n"
         "## Verdicts per family\n\n"
         "```{raw} html\n<div class=\"scoreboard-figure\">" + verdicts_by_family_svg(registry, claims) + "</div>\n```\n\n"
+        + family_table(registry, claims) + "\n"
         "## Ours against the paper's\n\n"
         "Each point is a claim for which the paper gives a number, on log-log axes: the paper's effect against "
         "ours, both measured from the claim's null value. The grey band is the reproduction band; points above "
-        "it exceed the paper, points below it hold the direction only. Each point links to its chapter.\n\n"
+        "it exceed the paper, points below it are smaller than the paper's. Each point links to its chapter.\n\n"
         "```{raw} html\n<div class=\"scoreboard-figure\">" + ours_vs_paper_svg(claims) + "</div>\n```\n\n"
         "## Every claim\n\n"
         + head + body
@@ -282,9 +368,19 @@ def gpu_line(on_gpu: list[str]) -> str:
             "run on this book's machines.\n\n")
 
 
+def reference_line(flagged: list[str]) -> str:
+    """The status page's sentence on chapters whose latest cpu run left its reference interval."""
+    if flagged:
+        return ("**Left their reference interval** (the latest `cpu` run's mean outside the 95% prediction interval "
+                f"of the reference seeds): {'; '.join(flagged)}.\n\n")
+    return "No chapter's latest `cpu` run left its reference interval.\n\n"
+
+
 def status_markdown(registry: Registry) -> str:
     """The status page: per chapter and profile, the last run's wall time, date, hardware, freshness and verdicts."""
-    rows, on_gpu = [], []
+    rows: list[str] = []
+    on_gpu: list[str] = []
+    flagged: list[str] = []
     for ch in registry.chapters:
         st = status(ch)
         for prof, state in st.items():
@@ -293,6 +389,8 @@ def status_markdown(registry: Registry) -> str:
             if results.GPU_MARK in (rec or {}).get("provenance", {}).get("hardware", ""):
                 on_gpu.append(f"`{ch.id}` at `{prof}`")
             counts = verdict_counts(rec)
+            if prof == REFERENCE_PROFILE and (left := latest_left_reference(ch.id)):
+                flagged.append(f"`{ch.id}` ({', '.join(left)})")
             rows.append("| " + " | ".join([
                 f"{{doc}}`{ch.id} <chapters/{ch.family}/{ch.id}>`", f"`{prof}`", state["state"],
                 "" if state["wall_time_s"] is None else f"{state['wall_time_s']:.1f} s",
@@ -305,7 +403,7 @@ def status_markdown(registry: Registry) -> str:
         "imports, its parameters, its data and the environment lock are unchanged since) or *stale*, how long "
         "it took, when, on what hardware, and its verdicts. `repro run <id> --dry-run` estimates a run's time "
         "from the same records. Generated from the results ledger.\n\n"
-        + gpu_line(on_gpu) +
+        + gpu_line(on_gpu) + reference_line(flagged) +
         "| chapter | profile | state | wall time | finished | hardware | verdicts |\n|---|---|---|---|---|---|---|\n"
         + "\n".join(rows) + "\n"
     )

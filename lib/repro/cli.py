@@ -12,6 +12,8 @@
                                    one archive that reruns a chapter on a machine with no network
 ``repro params ID [--profile P]``  a profile's values as YAML (``papermill ... -y "$(repro params ID)"``)
 ``repro data``                     build the datasets under ``data/`` and check them against ``data.dvc``
+``repro reference [ID ...]``       write ``reference/<id>.json`` from the published cpu records
+``repro check ID [--no-run]``      rerun a chapter at cpu; is every claim in its reference's 95% prediction interval?
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from repro.book import assemble, book_dir_for, course_registry, load_course
 from repro.bundle import write_bundle
 from repro.datasets import DataIntegrityError, build_all, verify
 from repro.dvcgen import write_dvc_yaml
+from repro.reference import REFERENCE_PROFILE, compare, load_reference, write_reference
 from repro.registry import load_registry
 from repro.runner import RunError, execute, plan, run_stale, status
 
@@ -133,6 +136,57 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reference(args: argparse.Namespace) -> int:
+    ids = args.chapters or [c.id for c in load_registry().chapters]
+    failed = []
+    for cid in ids:
+        try:
+            print(f"wrote {write_reference(cid)}")
+        except (KeyError, FileNotFoundError, ValueError) as exc:
+            failed.append(cid)
+            print(f"repro reference: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    if args.profile != REFERENCE_PROFILE:
+        print(f"repro check: references are {REFERENCE_PROFILE} records; --profile {args.profile} has none",
+              file=sys.stderr)
+        return 2
+    try:
+        reference = load_reference(load_registry().get(args.chapter).id)
+    except KeyError as exc:
+        print(f"repro check: {exc.args[0]}", file=sys.stderr)
+        return 2
+    if reference is None:
+        print(f"repro check: {args.chapter} has no reference record; write one with `repro reference {args.chapter}`",
+              file=sys.stderr)
+        return 2
+    if args.no_run:
+        from repro.results import load_result
+
+        record = load_result(args.chapter, args.profile)
+        if record is None:
+            print(f"repro check: {args.chapter} has no published {args.profile} record", file=sys.stderr)
+            return 2
+    else:
+        try:
+            record = execute(plan(args.chapter, args.profile))
+        except (params.ParameterError, DataIntegrityError, RunError) as exc:
+            print(f"repro check: {exc}", file=sys.stderr)
+            return 1
+    checks = compare(reference, record)
+    print(f"{args.chapter} [{args.profile}] against reference/{args.chapter}.json "
+          f"(commit {reference['git_sha'][:12]}, {reference['finished_at']}):")
+    for c in checks:
+        print(c.line())
+    left = [c.claim for c in checks if not c.inside]
+    if left:
+        print(f"repro check: {len(left)} claim(s) left the reference interval: {', '.join(left)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``repro`` command."""
     ap = argparse.ArgumentParser(prog="repro", description="Run and assemble ReproBook chapters.")
@@ -165,6 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--profile", default=params.DEFAULT_PROFILE, choices=params.PROFILES)
     pa.set_defaults(fn=_cmd_params)
     sub.add_parser("data", help="build the datasets under data/").set_defaults(fn=_cmd_data)
+    ref = sub.add_parser("reference", help="write reference/<id>.json from the published cpu records")
+    ref.add_argument("chapters", nargs="*", help="chapter ids (default: every chapter)")
+    ref.set_defaults(fn=_cmd_reference)
+    ck = sub.add_parser("check", help="rerun a chapter and test it against its reference record")
+    ck.add_argument("chapter")
+    ck.add_argument("--profile", default=REFERENCE_PROFILE, choices=params.PROFILES)
+    ck.add_argument("--no-run", action="store_true", help="check the published record instead of rerunning")
+    ck.set_defaults(fn=_cmd_check)
     return ap
 
 

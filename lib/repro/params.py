@@ -1,17 +1,28 @@
-"""Typed chapter parameters: profiles, overrides and their validation.
+"""Typed chapter parameters: profiles, overrides, their validation, and the driver's ``Params``.
 
 Each chapter declares a schema in the registry (``type``, and optionally
 ``min``, ``max``, ``choices``).  Profiles live in ``params/<id>.yaml`` with a
 ``smoke``, a ``cpu`` and a ``paper`` section.  Every value that reaches a
 notebook goes through :func:`validate` first, so a wrong name, type or range
 fails before any kernel starts, with a message naming the parameter.
+
+The contract between schema, notebook and driver: each chapter driver
+defines a frozen, keyword-only ``Params`` dataclass (a :class:`ChapterParams`)
+whose fields are the schema's parameters, with its cross-field checks in
+``Params.checks()``.  :func:`validate` builds it and runs the checks, so they
+too fail before a kernel starts; the notebook's setup is one line,
+``p = notebook_params("<id>", globals())``, which hands it the checked
+``Params``; the driver's ``run(p)`` returns its typed ``Results`` and
+``claims(results)`` the ledger's evidence.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 import yaml
 
@@ -26,6 +37,76 @@ _SCALARS = {"int": int, "float": float, "str": str, "bool": bool, "device": str}
 
 class ParameterError(ValueError):
     """A parameter is unknown, of the wrong type or out of range."""
+
+
+RUNTIME_NAMES = ("profile", "output_dir")
+"""Values the runner hands a notebook beside the chapter's parameters (not part of ``Params``)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChapterParams:
+    """The base of every chapter driver's ``Params``: frozen, keyword-only, checked before any work.
+
+    A driver subclasses it with one field per schema parameter (the structure
+    test checks that they match) and overrides :meth:`checks` with its
+    cross-field checks, each raising through :func:`require`.
+    """
+
+    def checks(self) -> None:
+        """Cross-field checks over the parameters; raise :class:`ParameterError` naming them (none by default)."""
+
+    def values(self) -> dict[str, Any]:
+        """The parameters as a plain mapping (for records and tables)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def require(ok: bool, params: ChapterParams, names: tuple[str, ...] | str, message: str) -> None:
+    """Raise :class:`ParameterError` naming ``names`` and their values unless ``ok``.
+
+    Parameters
+    ----------
+    ok
+        The check's outcome.
+    params
+        The parameters checked (their values go into the message).
+    names
+        The parameter(s) the check is about.
+    message
+        What must hold, in words.
+    """
+    if ok:
+        return
+    names = (names,) if isinstance(names, str) else names
+    got = ", ".join(f"{n}={getattr(params, n)!r}" for n in names)
+    label = "parameter" if len(names) == 1 else "parameters"
+    raise ParameterError(f"{label} {', '.join(repr(n) for n in names)}: {message} (got {got})")
+
+
+P = TypeVar("P", bound=ChapterParams)
+
+
+def params_class(chapter: Chapter) -> type[ChapterParams] | None:
+    """The ``Params`` class of the chapter's driver (``None`` for a driver that has none yet)."""
+    if not chapter.driver:
+        return None
+    cls = getattr(importlib.import_module(chapter.driver), "Params", None)
+    return cls if isinstance(cls, type) and issubclass(cls, ChapterParams) else None
+
+
+def build_params(chapter: Chapter, values: Mapping[str, Any]) -> ChapterParams | None:
+    """The driver's ``Params`` from checked values, its cross-field checks run (``None`` without a ``Params``).
+
+    Raises
+    ------
+    ParameterError
+        From a failing cross-field check, naming its parameters.
+    """
+    cls = params_class(chapter)
+    if cls is None:
+        return None
+    params = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    params.checks()
+    return params
 
 
 def _check_scalar(name: str, kind: str, value: Any, spec: dict[str, Any]) -> Any:
@@ -123,6 +204,11 @@ def validate(chapter: Chapter, values: dict[str, Any], *, complete: bool = True)
             raise ParameterError(f"chapter {chapter.id!r}: parameter {missing[0]!r} has no value")
     checked = {k: check_value(k, schema[k], v) for k, v in values.items()}
     check_cross_fields(chapter, checked)
+    if complete:
+        try:
+            build_params(chapter, checked)
+        except ParameterError as exc:
+            raise ParameterError(f"chapter {chapter.id!r}: {exc}") from None
     return checked
 
 
@@ -209,6 +295,56 @@ def _from_text(name: str, spec: dict[str, Any], value: Any) -> Any:
     return value
 
 
+_IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython", "open"})
+_PLAIN = (str, int, float, bool, list, tuple, dict, type(None))
+
+
+def unknown_names(chapter: Chapter, namespace: Mapping[str, Any]) -> list[str]:
+    """Plain values in a notebook's globals that are neither a parameter of the chapter nor a runtime value.
+
+    Papermill injects every ``-p name value`` it is given, known or not; at the
+    first line of the setup cell the globals hold only the parameters, what
+    papermill injected and IPython's own names, so a plain value with another
+    name is a misspelt or unknown parameter.
+    """
+    return sorted(k for k, v in namespace.items()
+                  if not k.startswith("_") and k not in chapter.parameters and k not in RUNTIME_NAMES
+                  and k not in _IPYTHON_NAMES and isinstance(v, _PLAIN))
+
+
+def notebook_params(chapter_id: str, namespace: Mapping[str, Any]) -> ChapterParams:
+    """The chapter's checked ``Params`` from the values a notebook was given, however it was started.
+
+    ``repro run`` validates before the kernel starts; a reader who runs the
+    notebook with papermill directly (``papermill nb.ipynb out.ipynb -p phis
+    "[2]"``) reaches this check instead, as the first line of the setup cell.
+
+    Parameters
+    ----------
+    chapter_id
+        The chapter's registry id.
+    namespace
+        The notebook's globals, holding the parameters cell's (and papermill's injected) values.
+
+    Raises
+    ------
+    ParameterError
+        Naming an unknown (misspelt) parameter, the first missing, mistyped or out-of-range one, or the
+        parameters of a failing cross-field check.
+    """
+    chapter = load_registry().get(chapter_id)
+    unknown = unknown_names(chapter, namespace)
+    if unknown:
+        raise ParameterError(f"chapter {chapter.id!r}: unknown parameter {unknown[0]!r}; known parameters: "
+                             f"{', '.join(chapter.parameters)}")
+    values = validate(chapter, {k: _from_text(k, spec, namespace[k]) for k, spec in chapter.parameters.items()
+                                if k in namespace})
+    params = build_params(chapter, values)
+    if params is None:
+        raise ParameterError(f"chapter {chapter.id!r}: its driver {chapter.driver} defines no Params")
+    return params
+
+
 def injected(chapter_id: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
     """Validate the parameters a chapter notebook was given, however it was started.
 
@@ -237,5 +373,9 @@ def injected(chapter_id: str, namespace: Mapping[str, Any]) -> dict[str, Any]:
         parameters of a failing cross-field check.
     """
     chapter = load_registry().get(chapter_id)
+    unknown = unknown_names(chapter, namespace)
+    if unknown:
+        raise ParameterError(f"chapter {chapter.id!r}: unknown parameter {unknown[0]!r}; known parameters: "
+                             f"{', '.join(chapter.parameters)}")
     values = {k: _from_text(k, spec, namespace[k]) for k, spec in chapter.parameters.items() if k in namespace}
     return validate(chapter, values)

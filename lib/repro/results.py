@@ -18,20 +18,41 @@ import math
 import os
 import platform
 import subprocess
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from repro import atomic
 from repro.paths import record_file, repo_root, run_file
-from repro.registry import PRECONDITION_NOT_MET, Chapter, load_registry
+from repro.registry import Chapter, Claim, load_registry
+from repro.verdicts import HOLDING, NOT_JUDGED, PRECONDITION_NOT_MET, judge, mean_sd, rule_text, sign_at
 
 LEDGER_NAME = "claims.json"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """What a driver records for one claim: the per-seed effect, and for a learning claim its arms.
+
+    Attributes
+    ----------
+    values
+        The claim's metric, one value per seed (arms paired by seed), or the one value of a deterministic claim.
+    arms
+        For a claim with a learning precondition: each compared arm's quality per seed (e.g. test accuracy).
+    trivial
+        The trivial level of the task in the arms' unit (chance, the majority class, the identity
+        prediction), when the data decide it rather than the registry's ``trivial_value``.
+    """
+
+    values: Sequence[float]
+    arms: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    trivial: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClaimResult:
-    """A claim's reproduced value over seeds and its verdict."""
+    """A claim's reproduced values over seeds and its verdict (with the numbers behind it)."""
 
     claim: str
     values: list[float]
@@ -39,29 +60,53 @@ class ClaimResult:
     std: float
     n: int
     verdict: str
+    ci_low: float | None = None
+    ci_high: float | None = None
+    ratio: float | None = None
+    sign_holds: bool | None = None
+    arms: dict[str, float] = field(default_factory=dict)
+    trivial: float | None = None
+    learned: bool | None = None
+    margin_sweep: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def interval(self) -> str:
+        """The 95% interval as text (empty for one seed)."""
+        if self.ci_low is None or self.ci_high is None or self.n < 2:
+            return ""
+        return f"[{self.ci_low:.3g}, {self.ci_high:.3g}]"
 
 
 def summarise(values: Sequence[float]) -> tuple[float, float]:
     """Return the mean and the sample standard deviation (0 for one value)."""
-    vals = [float(v) for v in values]
-    if not vals:
-        raise ValueError("no values to summarise")
-    mean = sum(vals) / len(vals)
-    if len(vals) < 2:
-        return mean, 0.0
-    var = sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)
-    return mean, math.sqrt(var)
+    return mean_sd(values)
+
+
+def _learned(claim: Claim, evidence: Evidence) -> tuple[dict[str, float], float | None, bool | None]:
+    """The arms' mean quality, the trivial level, and whether every arm clears it by the claim's margin."""
+    learning = claim.learning
+    if learning is None:
+        return {}, None, None
+    if not evidence.arms:
+        raise ValueError(f"claim {claim.id!r} has a learning precondition ({learning.quality} beyond "
+                         f"{learning.trivial}): record Evidence(values=..., arms={{arm: per-seed quality}})")
+    trivial = evidence.trivial if evidence.trivial is not None else learning.trivial_value
+    if trivial is None:
+        raise ValueError(f"claim {claim.id!r}: its trivial level ({learning.trivial}) has no value; give "
+                         "Evidence(trivial=...) or trivial_value in the registry")
+    arms = {name: mean_sd(vals)[0] for name, vals in evidence.arms.items()}
+    return arms, float(trivial), all(learning.clears(a, trivial) for a in arms.values())
 
 
 class Ledger:
-    """Collects one run's claim values and writes them atomically.
+    """Collects one run's claim values, judges them by :mod:`repro.verdicts` and writes them atomically.
 
     Parameters
     ----------
     chapter_id
         The chapter's registry id.
     profile
-        The profile this run used.
+        The profile this run used (``smoke`` runs are recorded, never judged).
     output_dir
         Where :meth:`save` writes ``claims.json`` (the runner's staging folder).
     """
@@ -72,36 +117,44 @@ class Ledger:
         self.output_dir = Path(output_dir)
         self.results: dict[str, ClaimResult] = {}
 
-    def record(self, claim_id: str, values: Sequence[float]) -> ClaimResult:
-        """Record the per-seed values of one claim's metric and compute its verdict.
+    def record(self, claim_id: str, values: Sequence[float] | Evidence) -> ClaimResult:
+        """Record one claim's per-seed values (or its :class:`Evidence`) and compute its verdict.
 
         Raises
         ------
         ValueError
-            If a value is not finite (the message names the claim), or there are none.
+            If a value is not finite (the message names the claim), there are none, a deterministic
+            claim gets more than one, or a learning claim lacks its arms.
         """
         claim = self.chapter.claim(claim_id)
-        vals = [float(v) for v in values]
+        evidence = values if isinstance(values, Evidence) else Evidence(values=values)
+        vals = [float(v) for v in evidence.values]
         if not all(math.isfinite(v) for v in vals):
             raise ValueError(f"chapter {self.chapter.id!r}, claim {claim_id!r}: non-finite value in {vals}")
-        mean, std = summarise(vals)
-        self.results[claim_id] = ClaimResult(claim_id, vals, mean, std, len(vals), claim.verdict(mean, std))
+        j = judge(claim, vals, profile=self.profile)
+        arms, trivial, learned = _learned(claim, evidence)
+        sweep = [{"null_value": v, "sign_holds": sign_at(claim, vals, v)} for v in claim.null_sweep]
+        self.results[claim_id] = ClaimResult(
+            claim=claim_id, values=vals, mean=j.mean, std=j.sd, n=j.n, verdict=j.verdict, ci_low=j.ci_low,
+            ci_high=j.ci_high, ratio=j.ratio, sign_holds=j.sign_holds, arms=arms, trivial=trivial, learned=learned,
+            margin_sweep=sweep)
         self._apply_preconditions()
         return self.results[claim_id]
 
-    def record_all(self, values: dict[str, Sequence[float]]) -> dict[str, ClaimResult]:
-        """Record several claims at once (claim id to per-seed values); return their results."""
+    def record_all(self, values: Mapping[str, Sequence[float] | Evidence]) -> dict[str, ClaimResult]:
+        """Record several claims at once (claim id to per-seed values or evidence); return their results."""
         return {claim_id: self.record(claim_id, vals) for claim_id, vals in values.items()}
 
     def _apply_preconditions(self) -> None:
-        """Give "precondition not met" to every recorded claim whose precondition claim does not hold."""
+        """Give "precondition not met" to every judged claim whose learning or named precondition fails."""
         for claim in self.chapter.claims:
             res = self.results.get(claim.id)
-            pre = self.results.get(claim.precondition) if claim.precondition else None
-            if res is None or pre is None:
+            if res is None or res.verdict in NOT_JUDGED:
                 continue
-            holds = self.chapter.claim(claim.precondition).sign_holds(pre.mean, pre.std)
-            verdict = claim.verdict(res.mean, res.std) if holds else PRECONDITION_NOT_MET
+            verdict = judge(claim, res.values, profile=self.profile).verdict
+            pre = self.results.get(claim.precondition) if claim.precondition else None
+            if res.learned is False or (pre is not None and pre.verdict not in HOLDING):
+                verdict = PRECONDITION_NOT_MET
             self.results[claim.id] = replace(res, verdict=verdict)
 
     def rows(self) -> list[dict[str, Any]]:
@@ -109,14 +162,18 @@ class Ledger:
         rows = []
         for claim in self.chapter.claims:
             r = self.results.get(claim.id)
+            needs = [f"needs {claim.precondition}"] if claim.precondition else []
+            if claim.learning is not None:
+                needs.append(f"every arm ≥ {claim.learning.margin:g} beyond {claim.learning.trivial}")
             rows.append(
                 {
                     "claim": claim.metric,
                     "paper": claim.paper_display,
-                    "ours (mean ± sd)": "not run" if r is None else f"{r.mean:.2f} ± {r.std:.2f} {claim.unit}".strip(),
+                    "ours (mean ± sd)": "not run" if r is None else f"{r.mean:.3g} ± {r.std:.2g} {claim.unit}".strip(),
+                    "95% interval": "" if r is None else r.interval,
                     "seeds": 0 if r is None else r.n,
                     "profile": self.profile,
-                    "rule": claim.rule + (f"; needs {claim.precondition}" if claim.precondition else ""),
+                    "rule": rule_text(claim) + "".join(f"; {n}" for n in needs),
                     "verdict": "not run" if r is None else r.verdict,
                 }
             )

@@ -12,6 +12,7 @@ from repro.federated.chapters.fedgrad import run as backdoor_run
 from repro.federated.client import LocalSGD
 from repro.federated.task import TaskSpec
 from repro.registry import load_registry
+from repro.verdicts import judge
 
 SPEC = TaskSpec(dataset="digits", num_clients=10, alpha=0.5, hidden=(16,))
 
@@ -33,9 +34,9 @@ def test_a_detector_that_excludes_everyone_fails_the_detection_claim():
     values = fedgrad_claims(pd.DataFrame(rows))
     claim = load_registry().get("fedgrad").claim("detection_tpr_minus_fpr")
     assert values["detection_tpr_minus_fpr"] == [0.0, 0.0, 0.0]
-    assert claim.verdict(float(np.mean(values["detection_tpr_minus_fpr"])), 0.0) == "not reproduced at this scale"
+    assert judge(claim, values["detection_tpr_minus_fpr"], profile="cpu").sign_holds is False
     # a perfect detector passes the same rule
-    assert claim.verdict(100.0, 0.0) == "reproduced"
+    assert judge(claim, [100.0, 100.0, 100.0], profile="cpu").sign_holds is True
 
 
 def test_edge_case_attack_implants_a_backdoor_without_defence():
