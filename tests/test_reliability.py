@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import stat
 import subprocess
@@ -18,8 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from repro import datasets, params, runner
+from repro import datasets, params, runner, watchdog
 from repro.registry import load_registry
 from repro.results import Ledger
 
@@ -52,6 +54,47 @@ def test_a_rewritten_data_dvc_does_not_bless_corrupted_data(data_root, corrupt):
     dvc_file.write_text(dvc_file.read_text().replace(datasets.recorded_hash(data_root), bad_hash))  # what dvc repro does
     with pytest.raises(datasets.DataIntegrityError, match="git checkout data.dvc"):
         datasets.verify("fashion_mnist", data_root)
+
+
+def _dvc(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+
+
+def test_dvc_repro_never_rewrites_data_dvc_over_corrupted_data(root, tmp_path, corrupt):
+    """The generated stage of a chapter that reads data, in a scratch DVC project: `dvc repro` leaves data.dvc alone.
+
+    With a dependency under data/ (the old generator), DVC re-saves the data source data.dvc before running the
+    stage, so one flipped byte became the recorded version.  The stage's command is replaced by a refusal (what
+    `repro run` does with corrupted data); everything else is the generator's.
+    """
+    from repro import dvcgen
+
+    chapter = REG.get("fedlama")
+    assert chapter.datasets
+    stage = dvcgen.stage(chapter, root)
+    assert not [d for d in stage["deps"] if d == "data" or d.startswith("data/")]
+    assert _dvc(["init", "-q", "--no-scm"], tmp_path).returncode == 0
+    for dep in [d for d in [*stage["deps"], chapter.params_file] if not d.startswith("data/")]:
+        (tmp_path / dep).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / dep).write_bytes((root / dep).read_bytes())
+    dataset = tmp_path / "data" / chapter.datasets[0]
+    dataset.mkdir(parents=True)
+    (dataset / "train_x.npy").write_bytes(bytes(range(256)) * 64)
+    assert _dvc(["add", "-q", "data"], tmp_path).returncode == 0
+    before = (tmp_path / "data.dvc").read_text()
+    stage["cmd"] = "exit 2"
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {chapter.id: stage}}, sort_keys=False))
+    corrupt(dataset / "train_x.npy")
+    proc = _dvc(["repro", chapter.id], tmp_path)
+    assert proc.returncode != 0, proc.stdout + proc.stderr  # the stage's refusal
+    assert (tmp_path / "data.dvc").read_text() == before
+
+
+def test_no_stage_of_dvc_yaml_depends_on_data(root):
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    assert not {sid: d for sid, st in stages.items() for d in st["deps"] if d == "data" or d.startswith("data/")}
+    assert all("lib/repro/datasets.py" in stages[c.id]["deps"] for c in REG.chapters if c.datasets)
 
 
 def test_makefile_checks_data_before_dvc_add(root):
@@ -222,12 +265,168 @@ def test_kernel_folder_holds_socket_paths_under_a_deep_tmpdir(tmp_path, monkeypa
     try:
         assert len(os.fsencode(str(folder / "kernel-ipc-99999"))) <= runner.SOCKET_PATH_MAX
     finally:
-        folder.rmdir()
+        shutil.rmtree(folder)
     short_base = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
     monkeypatch.setattr(tempfile, "tempdir", str(short_base))
     try:
         short = runner.kernel_dir()
         assert short.parent == short_base  # a short $TMPDIR is used as it is
-        short.rmdir()
+        shutil.rmtree(short)
     finally:
         short_base.rmdir()
+
+
+# --- no orphans: a killed run ends every process it started and removes its folders ------------------------
+TAG = "REPRO_TEST_TAG"
+"""Put in the environment of the `repro run` under test: every process the run starts inherits it."""
+KILL_CASES = {
+    # chapter, overrides, processes below the kernel to wait for before the kill
+    "mpi": ("pnetcdf-compress", ["repeats=100", "rows=512", "cols=512"], 5),  # mpiexec, its proxy, 4 ranks
+    "gloo": ("overlap-cnn", ["iterations=2000"], 3),  # multiprocessing's tracker and 2 ranks
+    "deployment": ("fedlama", ["engine=deployment", "num_clients=4", "active_clients=2"], 6),  # SuperLink, 4 nodes, ...
+}
+START_DEADLINE_S = 600
+"""Seconds the run may take to start the processes of interest (generous: the tests must hold on a loaded machine)."""
+END_DEADLINE_S = 30
+"""Seconds after the kill within which every process of the run must be gone (it takes about 1 s when idle)."""
+
+
+def _tagged(tag: str) -> list[int]:
+    return watchdog.marked_pids(tag, TAG)
+
+
+def _below(runner_pid: int, pids: list[int]) -> list[int]:
+    """The tagged processes that are neither the runner nor its direct children (the kernel, the watchdog)."""
+    def parent(pid: int) -> int | None:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError):
+            return None
+    return [p for p in pids if p != runner_pid and parent(p) not in (runner_pid, None)]
+
+
+def _wait_until(condition, deadline_s: float, poll_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll_s)
+    return condition()
+
+
+@pytest.mark.chapter
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("kind", sorted(KILL_CASES))
+def test_a_killed_run_leaves_no_process_and_no_folder(kind, sig, root, out_root, tmp_path):
+    """Kill the process group of `repro run` while its MPI ranks, gloo ranks or Flower processes run.
+
+    Survivors are counted by an environment marker the test sets, never by process name; the kernel runs in
+    a session of its own and mpiexec and the Flower processes in theirs, so the kill reaches the runner only.
+    """
+    chapter, overrides, below = KILL_CASES[kind]
+    tag = watchdog.new_run_id()
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    cmd = [sys.executable, "-m", "repro.cli", "run", chapter, "--profile", "smoke", *(f"-p{o}" for o in overrides)]
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, TAG: tag, "REPRO_OUTPUT_ROOT": str(out_root), "TMPDIR": str(tmpdir)})
+    try:
+        started = _wait_until(lambda: proc.poll() is not None or len(_below(proc.pid, _tagged(tag))) >= below,
+                              START_DEADLINE_S)
+        assert started and proc.poll() is None, f"the run ended or never started its processes: {proc.stderr.read()}"
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=60)
+        gone = _wait_until(lambda: not _tagged(tag), END_DEADLINE_S)
+        assert gone, f"{len(_tagged(tag))} processes of the run alive {END_DEADLINE_S} s after {sig.name}"
+        assert not list(tmpdir.iterdir()), "the run's temporary files (kernel connection files) were left behind"
+        assert not (out_root / "build" / "staging" / chapter).exists(), "the killed run's staging folder was left"
+    finally:
+        watchdog.end_marked(tag, TAG, grace_s=1.0)
+        proc.stderr.close()
+
+
+FAKE_RUNNER = textwrap.dedent('''
+    import subprocess, sys, time
+    from pathlib import Path
+    from repro import watchdog
+    base = Path(sys.argv[1])
+    folders = watchdog.RunFolders(kernel_dir=base / "kernel", staging=base / "staging" / "ch" / "smoke",
+                                  lock=base / "ch.lock")
+    for d in (folders.kernel_dir, folders.staging):
+        d.mkdir(parents=True)
+    run_id = sys.argv[2]
+    dog = watchdog.Watchdog(run_id, folders)
+    dog.start()
+    env = {"PATH": "/usr/bin:/bin", watchdog.RUN_ID_ENV: run_id}
+    # a grandchild in a session of its own, as mpiexec and the SuperLink are
+    subprocess.Popen(["sh", "-c", "sleep 600 & sleep 600"], env=env, start_new_session=True)
+    (base / "ready").touch()
+    time.sleep(600)
+''')
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_the_watchdog_ends_marked_processes_and_folders_when_the_runner_dies(tmp_path, sig):
+    script = tmp_path / "runner.py"
+    script.write_text(FAKE_RUNNER)
+    run_id = watchdog.new_run_id()
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), run_id], start_new_session=True)
+    try:
+        assert _wait_until(lambda: (tmp_path / "ready").exists() and len(watchdog.marked_pids(run_id)) >= 2, 120)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        assert _wait_until(lambda: not watchdog.marked_pids(run_id), END_DEADLINE_S)
+        assert _wait_until(lambda: not (tmp_path / "kernel").exists() and not (tmp_path / "staging" / "ch").exists(),
+                           END_DEADLINE_S)
+    finally:
+        watchdog.end_marked(run_id, grace_s=0.5)
+
+
+def test_the_watchdog_leaves_the_staging_folder_of_a_newer_run_alone(tmp_path):
+    import fcntl
+
+    staging = tmp_path / "staging" / "ch" / "smoke"
+    staging.mkdir(parents=True)
+    lock = tmp_path / "ch.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new run of the chapter has started
+        watchdog.remove_folders(watchdog.RunFolders(kernel_dir=None, staging=staging, lock=lock))
+        assert staging.is_dir()
+    watchdog.remove_folders(watchdog.RunFolders(kernel_dir=None, staging=staging, lock=lock))
+    assert not staging.exists()
+
+
+ON_TERMINATE = textwrap.dedent('''
+    import sys, time
+    from pathlib import Path
+    from repro.watchdog import on_terminate
+    out = Path(sys.argv[1])
+    with on_terminate(lambda: out.write_text("stopped")):
+        (out.parent / "ready").touch()
+        time.sleep(600)
+''')
+
+
+def test_on_terminate_stops_what_a_block_started_and_the_process_still_ends_by_sigterm(tmp_path):
+    script = tmp_path / "block.py"
+    script.write_text(ON_TERMINATE)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "out")])
+    try:
+        assert _wait_until(lambda: (tmp_path / "ready").exists(), 120)
+        proc.terminate()
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+        assert (tmp_path / "out").read_text() == "stopped"
+    finally:
+        proc.kill()
+
+
+def test_kernel_folders_of_dead_runners_are_swept(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale, live, foreign = (tmp_path / f"{runner.KERNEL_DIR_PREFIX}{n}" for n in ("stale", "live", "foreign"))
+    for folder in (stale, live, foreign):
+        folder.mkdir()
+    (stale / runner.OWNER_FILE).write_text(f"{dead.pid} 12345\n")
+    (live / runner.OWNER_FILE).write_text(f"{os.getpid()} {watchdog.process_start_time(os.getpid())}\n")
+    assert runner.sweep_kernel_dirs(tmp_path) == [stale]
+    assert live.is_dir() and foreign.is_dir() and not stale.exists()

@@ -6,6 +6,12 @@ notebook finished without error and saved its ledger is the staged folder
 one, ``results/<id>/<profile>/``, in a single exchange.  A failed or killed
 run therefore never leaves a result that looks complete, nor a mixture of two
 runs.
+
+Every process a run starts carries the run's marker in its environment and
+keeps its temporary files in the run's private folder (``$TMPDIR`` points
+there), and a watchdog (:mod:`repro.watchdog`) ends them all, and removes the
+run's private and staging folders, as soon as the runner dies, whatever
+killed it.
 """
 
 from __future__ import annotations
@@ -33,9 +39,10 @@ import yaml
 from jupyter_client.manager import AsyncKernelManager
 from tqdm import tqdm
 
-from repro import atomic, datasets, deps, params, results
+from repro import atomic, checkpoints, datasets, deps, params, results, watchdog
 from repro.paths import failed_notebook, output_root, published_dir, repo_root, results_dir
-from repro.registry import Chapter, load_registry, verdict_class
+from repro.registry import Chapter, load_registry
+from repro.verdicts import verdict_class
 
 RUNTIME_PARAMS = ("profile", "output_dir")
 _VOLATILE = ("start_time", "end_time", "duration")
@@ -67,16 +74,55 @@ SOCKET_PATH_MAX = 107
 """Longest path of a Unix socket on Linux (``sun_path`` less its final NUL)."""
 
 
+KERNEL_DIR_PREFIX = "repro-kernel-"
+OWNER_FILE = "owner"
+"""The file in a kernel folder naming the runner that made it: ``<pid> <start time>``."""
+
+
+def kernel_base() -> Path:
+    """Where kernel folders go: the temporary folder (``$TMPDIR``), or ``/tmp`` when that path is too long.
+
+    Too long means that ``<folder>/kernel-ipc-<port>`` could not be a Unix socket path.
+    """
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + len(f"/{KERNEL_DIR_PREFIX}xxxxxxxx/kernel-ipc-99999") > SOCKET_PATH_MAX:
+        base = "/tmp"
+    return Path(base)
+
+
 def kernel_dir() -> Path:
     """A new private folder for a run's kernel files, short enough to hold its IPC sockets.
 
-    It lies in the temporary folder (``$TMPDIR``), or in ``/tmp`` when that
-    path is too long for ``<folder>/kernel-ipc-<port>`` to be a socket path.
+    It holds an :data:`OWNER_FILE` naming this process, so that a folder left
+    by a runner that died is recognised and removed (:func:`sweep_kernel_dirs`).
     """
-    base = tempfile.gettempdir()
-    if len(os.fsencode(base)) + len("/repro-kernel-xxxxxxxx/kernel-ipc-99999") > SOCKET_PATH_MAX:
-        base = "/tmp"
-    return Path(tempfile.mkdtemp(prefix="repro-kernel-", dir=base))
+    folder = Path(tempfile.mkdtemp(prefix=KERNEL_DIR_PREFIX, dir=kernel_base()))
+    (folder / OWNER_FILE).write_text(f"{os.getpid()} {watchdog.process_start_time(os.getpid())}\n")
+    return folder
+
+
+def sweep_kernel_dirs(base: Path | None = None) -> list[Path]:
+    """Remove the kernel folders under ``base`` whose runner has died (their owner process is gone).
+
+    A killed run's folder is removed by its watchdog; this catches the rest
+    (a watchdog that was killed too).  Folders without an owner file, or whose
+    owner still runs, are left alone.
+
+    Returns
+    -------
+    list of Path
+        The folders removed.
+    """
+    removed = []
+    for folder in sorted((base or kernel_base()).glob(f"{KERNEL_DIR_PREFIX}*")):
+        try:
+            pid, start = (folder / OWNER_FILE).read_text().split()
+        except (OSError, ValueError):
+            continue
+        if str(watchdog.process_start_time(int(pid))) != start:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 class RunError(RuntimeError):
@@ -149,13 +195,15 @@ def checkpoint_source(chapter: Chapter, profile: str, values: dict[str, Any]) ->
 
     The published run at the same profile must have checkpoints and have been
     made with the same values of every other parameter, so that what is
-    redrawn is what those values would have trained.
+    redrawn is what those values would have trained; and every checkpoint
+    must still have the sha256 recorded when that run published it.
 
     Raises
     ------
     repro.params.ParameterError
-        Naming ``reuse_checkpoints``, when there is nothing to reuse or it was
-        trained with other values (the differing parameters are listed).
+        Naming ``reuse_checkpoints``, when there is nothing to reuse, it was
+        trained with other values (the differing parameters are listed) or a
+        checkpoint is corrupted (the file is named).
     """
     if not values.get(REUSE_PARAMETER):
         return None
@@ -166,14 +214,26 @@ def checkpoint_source(chapter: Chapter, profile: str, values: dict[str, Any]) ->
         raise params.ParameterError(
             f"parameter {REUSE_PARAMETER!r}: there is no published {profile} run of {chapter.id!r} with checkpoints; "
             f"run it once with {REUSE_PARAMETER}=false")
-    old = json.loads(record.read_text())["parameters"]
+    published_record = json.loads(record.read_text())
+    old = published_record["parameters"]
     differ = [k for k in sorted(set(old) | set(values)) if k != REUSE_PARAMETER and old.get(k) != values.get(k)]
     if differ:
         got = "; ".join(f"{k}: {old.get(k)!r} there, {values.get(k)!r} here" for k in differ)
         raise params.ParameterError(
             f"parameter {REUSE_PARAMETER!r}: the published {profile} run of {chapter.id!r} was trained with other "
             f"values ({got}); run with {REUSE_PARAMETER}=false to train with these")
+    try:
+        checkpoints.verify_checkpoints(folder, published_record.get(checkpoints.RECORD_KEY))
+    except checkpoints.CheckpointCorrupted as exc:
+        raise params.ParameterError(
+            f"parameter {REUSE_PARAMETER!r}: {exc}; run with {REUSE_PARAMETER}=false to train again") from None
     return folder
+
+
+def _recorded_checkpoints(checkpoints_from: Path) -> dict[str, str] | None:
+    """The checkpoint hashes in the record of the published set that holds ``checkpoints_from``."""
+    record = json.loads((checkpoints_from.parent / "record.json").read_text())
+    return record.get(checkpoints.RECORD_KEY)
 
 
 def plan(chapter_id: str, profile: str = params.DEFAULT_PROFILE, overrides: list[str] | None = None) -> Plan:
@@ -263,14 +323,25 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
     ch = p.chapter
     lock = _lock(ch.id, p.profile)
     staging = output_root() / "build" / "staging" / ch.id / p.profile
+    sweep_kernel_dirs()
     kernel_tmp = kernel_dir()
     saved_tempdir = tempfile.tempdir
+    run_id = watchdog.new_run_id()
+    dog = watchdog.Watchdog(run_id, watchdog.RunFolders(kernel_dir=kernel_tmp, staging=staging, lock=Path(lock.name)))
+    dog.start()  # ends every process of the run if this one dies, however
+    saved_env = {name: os.environ.get(name) for name in (watchdog.RUN_ID_ENV, "TMPDIR")}
+    os.environ[watchdog.RUN_ID_ENV] = run_id  # the kernel and everything it starts inherit it
+    os.environ["TMPDIR"] = str(kernel_tmp)  # and their temporary files go where the watchdog cleans
     try:
         if staging.exists():
             shutil.rmtree(staging)
         (staging / "figures").mkdir(parents=True)
         if p.checkpoints_from is not None:  # the published set is replaced at the end; its models start this one
             shutil.copytree(p.checkpoints_from, staging / CHECKPOINTS)
+            try:  # checked again as copied: the published files may have changed since the plan
+                checkpoints.verify_checkpoints(staging / CHECKPOINTS, _recorded_checkpoints(p.checkpoints_from))
+            except checkpoints.CheckpointCorrupted as exc:
+                raise RunError(f"chapter {ch.id!r}: {REUSE_PARAMETER}: {exc}; nothing was run") from None
         staged_nb = staging / "executed.ipynb"
         values = {**p.values, "profile": p.profile, "output_dir": str(staging)}
         os.environ.setdefault("REPRO_ROOT", str(root))
@@ -326,6 +397,9 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
             },
             "figures": sorted(f.name for f in (staging / "figures").iterdir()),
         }
+        saved = checkpoints.checkpoint_hashes(staging / CHECKPOINTS)
+        if saved:  # checked before any reuse (checkpoint_source)
+            record[checkpoints.RECORD_KEY] = saved
         run = {"profile": p.profile, "ok": True, "wall_time_s": round(wall, 2), "finished_at": _now(),
                "inputs_hash": inputs_hash(ch, p.profile, p.values, root)}
         atomic.write_text(staged_nb, nb_text)
@@ -337,14 +411,26 @@ def execute(p: Plan, overrides: list[str] | None = None, log_output: bool = Fals
         return record
     finally:
         tempfile.tempdir = saved_tempdir
+        for name, value in saved_env.items():
+            _restore_env(name, value)
+        dog.finish()  # ends stragglers (a Ray daemon, an app a SuperLink left)
         shutil.rmtree(kernel_tmp, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)  # a run that did not publish leaves nothing staged
         _remove_empty_parents(staging)
         lock.close()
 
 
-def _trained_by(checkpoints: Path) -> str:
-    """Which earlier run trained reused checkpoints: its git commit and when it finished."""
-    published = checkpoints.parent
+def _restore_env(name: str, value: str | None) -> None:
+    """Set ``os.environ[name]`` back to ``value`` (``None``: unset)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def _trained_by(folder: Path) -> str:
+    """Which earlier run trained the reused checkpoints in ``folder``: its git commit and when it finished."""
+    published = folder.parent
     prov = json.loads((published / "record.json").read_text()).get("provenance", {})
     trained = prov.get("checkpoints_from")  # a redraw of a redraw names the run that trained
     if trained:

@@ -29,6 +29,7 @@ the SuperLink's host.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import os
 import shutil
@@ -48,6 +49,8 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
+from repro.watchdog import end_marked, new_run_id, on_terminate
+
 SUPERLINK_ENV = "REPRO_SUPERLINK"
 """Environment variable naming a running SuperLink (``HOST:PORT``) for ``engine="deployment"``."""
 SUPERLINK_CA_ENV = "REPRO_SUPERLINK_CA"
@@ -59,6 +62,10 @@ APP_NAME = "repro-deployment"
 CONNECTION = "repro"
 STARTUP_TIMEOUT = 90.0
 RUN_TIMEOUT = 1800.0
+STOP_GRACE = 3.0
+"""Seconds the Flower processes get to stop on SIGTERM before SIGKILL."""
+DEPLOYMENT_ENV = "REPRO_DEPLOYMENT_ID"
+"""Marks every process of one :class:`LocalDeployment` (apps the SuperLink starts in sessions of their own too)."""
 LOG_TAIL = 3000
 
 ServerMain = Callable[[Grid, Context], None]
@@ -140,20 +147,45 @@ class FlowerProcess:
         raise DeploymentError(f"{self.role} did not listen on 127.0.0.1:{port} within {timeout:.0f} s\n"
                               f"--- last lines of {self.log} ---\n{log_tail(self.log)}")
 
-    def stop(self, grace: float = 10.0) -> None:
-        """Terminate the process and its children (SIGTERM to its session, then SIGKILL after ``grace`` s)."""
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
+    def running(self) -> bool:
+        """Whether the process was started and has not exited."""
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the process's session (it and the apps it spawned there)."""
+        if self.popen is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.popen.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.popen.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """Terminate the process and its children (SIGTERM to its session, then SIGKILL after ``grace`` s)."""
+        stop_all([self], grace)
+
+
+def stop_all(processes: Sequence[FlowerProcess], grace: float = STOP_GRACE) -> None:
+    """Stop several Flower processes at once: SIGTERM to every session, SIGKILL to those alive after ``grace`` s.
+
+    Parameters
+    ----------
+    processes
+        The processes, signalled in this order.
+    grace
+        Seconds they get, together, to stop on SIGTERM.
+    """
+    live = [p for p in processes if p.running()]
+    for proc in live:
+        proc.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in live:
+        assert proc.popen is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in live:
+        assert proc.popen is not None
+        if proc.popen.poll() is None:
+            proc.signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.popen.wait(timeout=5.0)
 
 
 @dataclass(frozen=True)
@@ -211,11 +243,14 @@ class LocalDeployment:
     processes: list[FlowerProcess] = field(default_factory=list, init=False)
     address: SuperLinkAddress | None = field(default=None, init=False)
     home: Path | None = field(default=None, init=False)
+    marker: str = field(default_factory=new_run_id, init=False)
+    hooks: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False)
 
     def __enter__(self) -> LocalDeployment:
         if self.num_nodes < 1:
             raise ValueError(f"num_nodes must be at least 1, got {self.num_nodes}")
         self.home = Path(tempfile.mkdtemp(prefix="repro-flwr-"))
+        self.hooks.enter_context(on_terminate(self.stop))
         try:
             self.start()
         except BaseException:
@@ -229,7 +264,7 @@ class LocalDeployment:
     def start(self) -> None:
         """Start the SuperLink, wait for it, then start and wait for every SuperNode."""
         assert self.home is not None
-        env = flower_env(self.home)
+        env = {**flower_env(self.home), DEPLOYMENT_ENV: self.marker}
         port = free_port()
         self.address = SuperLinkAddress("127.0.0.1", port)
         link = FlowerProcess("flower-superlink", [
@@ -259,10 +294,17 @@ class LocalDeployment:
             proc.check_alive()
 
     def stop(self) -> None:
-        """Stop every process (SuperNodes first) and delete the temporary ``FLWR_HOME``."""
-        for proc in reversed(self.processes):
-            proc.stop()
+        """Stop every process of the deployment and delete the temporary ``FLWR_HOME`` (safe to call twice).
+
+        The SuperNodes and the SuperLink get SIGTERM together and
+        :data:`STOP_GRACE` seconds before SIGKILL; then every process still
+        carrying the deployment's marker is ended the same way.
+        """
+        stop_all(list(reversed(self.processes)))
+        if self.processes:
+            end_marked(self.marker, DEPLOYMENT_ENV, grace_s=STOP_GRACE, give_up_s=30.0)
         self.processes.clear()
+        self.hooks.close()
         if self.home is not None:
             shutil.rmtree(self.home, ignore_errors=True)
             self.home = None

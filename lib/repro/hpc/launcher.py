@@ -8,8 +8,9 @@ collective until the timeout.
 
 The ``mpiexec`` used is the one beside ``sys.executable`` (PyPI's ``mpich``
 puts it in the venv's ``bin/``); ``REPRO_MPIEXEC`` overrides it.  The launch
-runs in its own process group so that, on timeout, ``mpiexec`` and every rank
-are killed together and nothing is left hanging.
+runs in its own process group so that, on timeout, on an exception in the
+caller and when the caller gets SIGTERM (:func:`repro.watchdog.on_terminate`),
+``mpiexec`` and every rank are killed together and nothing is left hanging.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from repro.watchdog import on_terminate
 
 TAIL_CHARS = 2000
 
@@ -115,7 +118,8 @@ def run_mpi(args: Sequence[str], nprocs: int, timeout: float, *, env: Mapping[st
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full_env, cwd=cwd, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        with on_terminate(lambda: _kill_group(proc)):
+            out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         out, err = proc.communicate()

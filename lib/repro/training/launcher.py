@@ -14,13 +14,20 @@ exceeds its wall-clock ``timeout`` is killed and raises :class:`TimeoutError`.
 Collectives themselves use the same timeout through
 ``init_process_group(timeout=...)``.  Every rank runs one thread: it is spawned
 with ``OMP_NUM_THREADS=1`` and calls ``torch.set_num_threads(1)``.
+
+No rank outlives the launch: the ranks are killed when the launcher gets
+SIGTERM (:func:`repro.watchdog.on_terminate`) or the interpreter exits, and each
+rank asks Linux to kill it when the launching process dies, even by SIGKILL
+(:func:`repro.watchdog.die_with_parent`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import queue as queue_module
+import signal
 import tempfile
 import time
 import traceback
@@ -31,6 +38,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from repro.watchdog import die_with_parent, on_terminate
 
 
 class RankFailed(RuntimeError):
@@ -123,7 +132,8 @@ def build_layout(rank: int, world_size: int, group_size: int) -> GroupLayout:
 
 
 def _rank_main(rank: int, world_size: int, store_file: str, fn: Callable[..., Any], args: tuple,
-               results: Any, timeout_s: float, group_size: int | None) -> None:
+               results: Any, timeout_s: float, group_size: int | None, parent: int) -> None:
+    die_with_parent(parent)
     torch.set_num_threads(1)
     try:
         dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world_size,
@@ -175,41 +185,59 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, group_s
     results = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="repro-gloo-") as tmp:
         store = str(Path(tmp) / "store")
-        procs = [ctx.Process(target=_rank_main, args=(r, world_size, store, fn, args, results, timeout_s, group_size),
+        procs = [ctx.Process(target=_rank_main, args=(r, world_size, store, fn, args, results, timeout_s, group_size,
+                                                         os.getpid()),
                              daemon=True) for r in range(world_size)]
-        # the children read OMP_NUM_THREADS when they import torch, before _rank_main runs: set it for the spawn
-        saved = os.environ.get("OMP_NUM_THREADS")
-        os.environ["OMP_NUM_THREADS"] = "1"
-        try:
-            for p in procs:
-                p.start()
-        finally:
-            if saved is None:
-                os.environ.pop("OMP_NUM_THREADS")
-            else:
-                os.environ["OMP_NUM_THREADS"] = saved
         outcomes: dict[int, Any] = {}
-        deadline = time.monotonic() + timeout_s
-        try:
-            while len(outcomes) < world_size:
-                try:
-                    out = results.get(timeout=0.2)
-                except queue_module.Empty:
-                    for r, p in enumerate(procs):
-                        if r not in outcomes and p.exitcode is not None and p.exitcode != 0:
-                            raise RankFailed(r, f"process exited with code {p.exitcode} without reporting")
-                    if time.monotonic() > deadline:
-                        waiting = sorted(set(range(world_size)) - set(outcomes))
-                        raise TimeoutError(f"launched job exceeded {timeout_s:g} s; ranks {waiting} never finished")
-                    continue
-                if not out.ok:
-                    raise RankFailed(out.rank, out.error)
-                outcomes[out.rank] = out.value
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-            for p in procs:
-                p.join(timeout=5)
-            results.close()
+        with on_terminate(lambda: _kill_ranks(procs)):
+            try:
+                _start_single_threaded(procs)
+                _collect(procs, results, outcomes, timeout_s)
+            finally:
+                _kill_ranks(procs)
+                for p in procs:
+                    p.join(timeout=5)
+                results.close()
     return [outcomes[r] for r in range(world_size)]
+
+
+def _start_single_threaded(procs: list[Any]) -> None:
+    """Start the ranks with ``OMP_NUM_THREADS=1`` (they read it when they import torch, before ``_rank_main``)."""
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        if saved is None:
+            os.environ.pop("OMP_NUM_THREADS")
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
+
+
+def _collect(procs: list[Any], results: Any, outcomes: dict[int, Any], timeout_s: float) -> None:
+    """Fill ``outcomes`` with every rank's value; raise as soon as a rank fails, dies or the job times out."""
+    world_size = len(procs)
+    deadline = time.monotonic() + timeout_s
+    while len(outcomes) < world_size:
+        try:
+            out = results.get(timeout=0.2)
+        except queue_module.Empty:
+            for r, p in enumerate(procs):
+                if r not in outcomes and p.exitcode is not None and p.exitcode != 0:
+                    raise RankFailed(r, f"process exited with code {p.exitcode} without reporting") from None
+            if time.monotonic() > deadline:
+                waiting = sorted(set(range(world_size)) - set(outcomes))
+                raise TimeoutError(f"launched job exceeded {timeout_s:g} s; ranks {waiting} never finished") from None
+            continue
+        if not out.ok:
+            raise RankFailed(out.rank, out.error)
+        outcomes[out.rank] = out.value
+
+
+def _kill_ranks(procs: list[Any]) -> None:
+    """SIGKILL every rank still alive (safe to call twice, and from a SIGTERM handler)."""
+    for p in procs:
+        if p.pid is not None and p.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
