@@ -103,7 +103,7 @@ STRATEGIES["FedRep (personal heads)"] = (
 
 # ----- the engine's overhead against a hand-written loop --------------------------------------
 ENGINE_SPEC = TaskSpec(dataset="digits", num_clients=10, alpha=0.5, hidden=(64,))
-ENGINE_LOCAL = LocalSGD(16, 0.05, 0.0).config(10)
+ENGINE_LOCAL = LocalSGD(batch_size=16, lr=0.05, momentum=0.0).config(10)
 ENGINE_ROUNDS = 20
 ENGINE_TARGET = 1.2
 """The in-process engine's target: at most this many times the hand-written loop's time."""

@@ -37,8 +37,12 @@ from repro.federated.tiers import Tier
 from repro.models import mlp
 
 LAYERS = len(SPEC.hidden) + 1
-MIX = [Tier("strong", LAYERS, 1.0), Tier("moderate", 2, 0.5), Tier("weak", 1, 0.25), Tier("weak", 1, 0.25)] * (
-    SPEC.num_clients // 4)
+MIX = [
+    Tier(name="strong", trained_layers=LAYERS, width=1.0),
+    Tier(name="moderate", trained_layers=2, width=0.5),
+    Tier(name="weak", trained_layers=1, width=0.25),
+    Tier(name="weak", trained_layers=1, width=0.25),
+] * (SPEC.num_clients // 4)
 
 AUX_HIDDEN = (32,)
 
@@ -58,19 +62,22 @@ class Row(NamedTuple):
 
 STRATEGIES = {
     "FedAvg (Flower)": (lambda: SeededFedAvg(ACTIVE, LOCAL, seed=0), make_client_app),
-    "EmbracingFL (layer-wise over contributors)": (lambda: PartialTraining(ACTIVE, LOCAL, MIX, seed=0),
-                                                    make_partial_client_app),
+    "EmbracingFL (layer-wise over contributors)": (lambda: PartialTraining(ACTIVE, LOCAL, MIX, seed=0), make_partial_client_app),
     "HeteroFL (nested widths)": (lambda: WidthReduced(ACTIVE, LOCAL, MIX, seed=0), make_heterofl_client_app),
-    "FjORD (ordered dropout)": (lambda: WidthReduced(ACTIVE, LOCAL, MIX, seed=0, ordered_dropout=True),
-                                make_fjord_client_app),
-    "HierFAVG (4 edges)": (lambda: HierFAVG(ACTIVE, LOCAL, [p % 4 for p in range(SPEC.num_clients)], seed=0),
-                           make_client_app),
-    "FedDCT (S=4, cluster ensembles)": (lambda: FedDCT(ACTIVE, LOCAL, split_factor=4, seed=0),
-                                        lambda spec: make_feddct_client_app(spec, 4), ensemble_arrays(SPEC, 4, 0),
-                                        ensemble_evaluator(SPEC, 4)),
-    "on-device KD (aux and large steps)": (lambda: TwoModelFedAvg(ACTIVE, LOCAL, MIX, Recipe(True, "ce-then-kd"), seed=0),
-                                           lambda spec: make_two_model_client_app(spec, AUX_HIDDEN, 0.2),
-                                           pair_arrays(SPEC, AUX_HIDDEN, 0), pair_evaluator(SPEC, AUX_HIDDEN)),
+    "FjORD (ordered dropout)": (lambda: WidthReduced(ACTIVE, LOCAL, MIX, seed=0, ordered_dropout=True), make_fjord_client_app),
+    "HierFAVG (4 edges)": (lambda: HierFAVG(ACTIVE, LOCAL, [p % 4 for p in range(SPEC.num_clients)], seed=0), make_client_app),
+    "FedDCT (S=4, cluster ensembles)": (
+        lambda: FedDCT(ACTIVE, LOCAL, split_factor=4, seed=0),
+        lambda spec: make_feddct_client_app(spec, 4),
+        ensemble_arrays(SPEC, 4, 0),
+        ensemble_evaluator(SPEC, 4),
+    ),
+    "on-device KD (aux and large steps)": (
+        lambda: TwoModelFedAvg(ACTIVE, LOCAL, MIX, Recipe(train_aux=True, large_loss="ce-then-kd"), seed=0),
+        lambda spec: make_two_model_client_app(spec, AUX_HIDDEN, 0.2),
+        pair_arrays(SPEC, AUX_HIDDEN, 0),
+        pair_evaluator(SPEC, AUX_HIDDEN),
+    ),
 }
 
 
@@ -88,18 +95,23 @@ def split_vs_unsplit() -> tuple[float, float]:
         opt.step()
 
     base, core = split_sequential(model, 2)
-    client = SplitBatch(base, torch.optim.SGD(base.parameters(), lr=0.01), x, y)
+    client = SplitBatch(base=base, optimizer=torch.optim.SGD(base.parameters(), lr=0.01), x=x, y=y)
     core_opt = torch.optim.SGD(core.parameters(), lr=0.01)
     return timed(lambda: split_step([client], core, core_opt), repeat=200), timed(unsplit, repeat=200)
 
 
 def run() -> list[tuple[str, float, str]]:
     """One row per strategy (seconds per aggregation, ratio to FedAvg's) and the split step's row."""
-    times = {name: min(aggregation_seconds(row.factory, row.app, initial=row.initial, evaluate=row.evaluate)
-                       for _ in range(2)) for name, row in ((n, Row(*r)) for n, r in STRATEGIES.items())}
+    times = {
+        name: min(aggregation_seconds(row.factory, row.app, initial=row.initial, evaluate=row.evaluate) for _ in range(2))
+        for name, row in ((n, Row(*r)) for n, r in STRATEGIES.items())
+    }
     base = times["FedAvg (Flower)"]
-    rows = [(f"federated aggregate_train: {name}", t, f"{t / base:.2f}x FedAvg") for name, t in times.items()
-            if name != "FedAvg (Flower)"]
+    rows = [
+        (f"federated aggregate_train: {name}", t, f"{t / base:.2f}x FedAvg")
+        for name, t in times.items()
+        if name != "FedAvg (Flower)"
+    ]
     split, plain = split_vs_unsplit()
     rows.append(("split-learning step (1 client, cut after layer 1)", split, f"{split / plain:.2f}x unsplit SGD step"))
     return rows

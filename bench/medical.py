@@ -32,14 +32,14 @@ def run() -> list[tuple[str, float, str]]:
     hu, ct01, pet01 = data.ct_hu[:, 0], normalise_ct(data.ct_hu[:, 0]), normalise_pet(data.pet[:, 0], 10.0)
     attention = np.where(pet01 > 0.18, 1.0, -1.0).astype(np.float32)
     plain = UNetConfig(base=8, levels=2)
-    settings = BridgeSettings(BridgeSchedule(n_timesteps=200), epochs=1, batch_size=BATCH, lr=2e-3, sample_steps=20)
+    settings = BridgeSettings(schedule=BridgeSchedule(n_timesteps=200), epochs=1, batch_size=BATCH, lr=2e-3, sample_steps=20)
     steps = N_SLICES // BATCH
     rows = []
     base = None
     arms = [
         ("bridge alone", MapChoice()),
         ("+ attenuation", MapChoice(attenuation=True)),
-        ("CPDM, both maps", MapChoice(True, True)),
+        ("CPDM, both maps", MapChoice(attenuation=True, attention=True)),
     ]
     for name, maps in arms:
         cond = condition_stack(maps, attenuation_channel(hu), attention)
@@ -52,9 +52,15 @@ def run() -> list[tuple[str, float, str]]:
     x = np.stack([normalise_ct(vols.ct_hu), normalise_pet(vols.pet, 10.0)], axis=1)
     reports = [render(f) for f in vols.findings]
     vocab = Vocabulary.build(reports)
-    model = ReportGenerator(GeneratorConfig((16, 32, 32), len(vocab), (8, 16, 32), 96, 48))
-    s = timed(lambda: train_generator(model, ChannelScaling.fit(x).apply(x), vocab.encode(reports, 49), epochs=1,
-                                      batch_size=BATCH, lr=2e-3, seed=0), 3)
+    model = ReportGenerator(
+        GeneratorConfig(volume_shape=(16, 32, 32), vocab_size=len(vocab), channels=(8, 16, 32), hidden=96, embed=48)
+    )
+    s = timed(
+        lambda: train_generator(
+            model, ChannelScaling.fit(x).apply(x), vocab.encode(reports, 49), epochs=1, batch_size=BATCH, lr=2e-3, seed=0
+        ),
+        3,
+    )
     rows.append(("medical: report generator epoch (64 volumes)", s, "-"))
     return rows
 

@@ -22,14 +22,14 @@ def _network() -> SpikingNetwork:
     rng = np.random.default_rng(0)
     weights = tuple(np.round(rng.normal(0, 12, size=(a, b))) for a, b in zip(SIZES[:-1], SIZES[1:]))
     biases = tuple(np.zeros(b) for b in SIZES[1:])
-    return SpikingNetwork(weights, biases, 100.0)
+    return SpikingNetwork(weights=weights, biases=biases, threshold=100.0)
 
 
 def run() -> list[tuple[str, float, str]]:
     """Rows ``(name, seconds per run, events per second and ratio)``."""
     net = _network()
     inputs = (np.random.default_rng(1).random((20, 16, SIZES[0])) < 0.05).astype(np.float64)
-    chip = build_chip(net, ChipConfig(128, 128, (21, 21)), seed=0)
+    chip = build_chip(net, ChipConfig(axons=128, neurons=128, mesh=(21, 21)), seed=0)
     events = chip_run(chip, inputs).synaptic_events
     ref = timed(lambda: reference_run(net, inputs), repeat=2)
     one = min(chip_run(chip, inputs, workers=1).wall_seconds for _ in range(2))

@@ -28,7 +28,7 @@ from repro.pario.mpi_worker import launch
 from repro.pario.tam_model import simulate_layer2
 
 TARGET_S = 60.0
-PLATFORM = DragonflyConstants(10e9, 5e9, 100e-9, 100e-9, 1.5e-6)
+PLATFORM = DragonflyConstants(bandwidth=10e9, global_bandwidth=5e9, link_latency=100e-9, switch_latency=100e-9, alpha=1.5e-6)
 
 
 def _mpi_rows() -> list[tuple[str, float, str]]:
@@ -56,7 +56,7 @@ def _sim_rows() -> list[tuple[str, float, str]]:
     rows = [_sim_point("balanced:32 exchange", p, "balanced:32") for p in (1024, 4096)]
     pat = irregular_pattern(1024, 64, 65536, 256, 0)
     t0 = time.perf_counter()
-    simulate_layer2(pat, IntraNodeLayout(1024, 64, 1), platform_for(1024, 64, PLATFORM))
+    simulate_layer2(pat, IntraNodeLayout(p=1024, ranks_per_node=64, per_node=1), platform_for(1024, 64, PLATFORM))
     wall = time.perf_counter() - t0
     rows.append(("SimGrid TAM layer 2, 16 nodes x 64, k=1", wall, f"{wall / TARGET_S:.2f}x target"))
     return rows
@@ -65,7 +65,7 @@ def _sim_rows() -> list[tuple[str, float, str]]:
 def _model_rows() -> list[tuple[str, float, str]]:
     t0 = time.perf_counter()
     pat = irregular_pattern(16384, 64, 32768, 256, 0)
-    model = EndpointModel(1.5e-6, 10e9, 2e-7, 1e-9)
+    model = EndpointModel(alpha=1.5e-6, bandwidth=10e9, o0=2e-7, o1=1e-9)
     for kernel in ("unordered", "scattered:32", "balanced:8", "balanced:32", "balanced:128"):
         model_time(pat, kernel, model)
     wall = time.perf_counter() - t0

@@ -42,7 +42,7 @@ def _epochs() -> tuple[float, float]:
     gen = torch.Generator().manual_seed(0)
     n = len(split.train)
     state = hiding.HidingState(n)
-    everything = hiding.Selection(np.arange(n), np.arange(0), 0, 0)
+    everything = hiding.Selection(visible=np.arange(n), hidden=np.arange(0), candidates=0, moved_back=0)
     for e in range(3):  # train a little so that confident samples exist
         state.update(train_epoch(model, opt, split.train, hiding.visible_sampler(everything, gen), 64, 0.05), e)
 

@@ -5,7 +5,11 @@
 - the notebook imports its own driver and no other chapter's; it defines no functions or classes;
 - a chapter driver never imports another chapter driver; a method or core module never imports
   a chapter module; the machinery imports no family;
-- nobody imports another module's ``_private`` name; no function-local imports of ``repro``;
+- nobody imports another module's ``_private`` name or reads one through a module (``mod._name``);
+  no function-local imports of ``repro``;
+- a family never imports another family (a piece two families need lives below both);
+- every dataclass in ``repro`` is keyword-only, and no call passes more than four positional
+  arguments to one;
 - no file or module name carries history (``_b``, ``test_a_...``, ``part_a``).
 """
 
@@ -58,15 +62,79 @@ def _is_chapter(mod: str) -> bool:
     return len(parts) >= 4 and parts[0] == "repro" and parts[2] == "chapters"
 
 
+MAX_POSITIONAL = 4
+"""The most positional arguments a call may pass to a record (a dataclass)."""
+
+
+def _families(lib: Path) -> set[str]:
+    return {p.parent.parent.name for p in (lib / "repro").glob("*/chapters/__init__.py")}
+
+
+def _is_dataclass_decorator(node: ast.expr) -> bool:
+    target = node.func if isinstance(node, ast.Call) else node
+    return ast.unparse(target) in ("dataclass", "dataclasses.dataclass")
+
+
+def record_classes(lib: Path) -> dict[str, bool]:
+    """Every dataclass name under ``lib/repro`` and whether it is keyword-only."""
+    out: dict[str, bool] = {}
+    for path in sorted((lib / "repro").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for dec in node.decorator_list:
+                    if _is_dataclass_decorator(dec):
+                        kw = isinstance(dec, ast.Call) and any(
+                            k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+                            for k in dec.keywords)
+                        out[node.name] = out.get(node.name, True) and kw
+    return out
+
+
+def record_violations(lib: Path, others: list[Path]) -> list[str]:
+    """Dataclasses that are not keyword-only, and calls that pass a record over four positional arguments."""
+    records = record_classes(lib)
+    out = [f"{name}: a dataclass that is not keyword-only" for name, kw in sorted(records.items()) if not kw]
+    for path in sorted([*(lib / "repro").rglob("*.py"), *others]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else (
+                    node.func.attr if isinstance(node.func, ast.Attribute) else "")
+                if name in records and len(node.args) > MAX_POSITIONAL:
+                    out.append(f"{path.name}:{node.lineno}: {name}(...) with {len(node.args)} positional arguments; "
+                               "name them")
+    return out
+
+
+def _module_aliases(tree: ast.AST) -> set[str]:
+    """Names bound to ``repro`` modules by ``import repro.x as y`` or ``from repro.x import module``."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("repro"))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("repro"):
+            out.update(a.asname or a.name for a in node.names if a.name[:1].islower())
+    return out
+
+
 def library_violations(lib: Path) -> list[str]:
     """Every breach of the import and naming rules under ``lib`` (the folder holding ``repro``)."""
     out = []
+    families = _families(lib)
     for path in sorted((lib / "repro").rglob("*.py")):
         mod = _module_name(lib, path)
         if HISTORY.search(path.stem):
             out.append(f"{path.relative_to(lib)}: a name that carries history; name it by its role")
         tree = ast.parse(path.read_text())
+        aliases = _module_aliases(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                out.append(f"{mod}: reads the private name {node.value.id}.{node.attr}")
+        own = mod.split(".")[1] if mod.count(".") >= 1 else ""
         for target, names, local in _imports(tree, mod):
+            tparts = target.split(".")
+            if own in families and len(tparts) > 1 and tparts[0] == "repro" and tparts[1] in families and tparts[1] != own:
+                out.append(f"{mod}: the family {own} imports the family {tparts[1]} ({target}); move the shared piece below both")
             if not target.startswith("repro"):
                 continue
             tparts = target.split(".")
@@ -131,6 +199,21 @@ def test_test_and_bench_names_carry_no_history():
     assert bad == []
 
 
+def test_records_are_keyword_only():
+    assert record_violations(ROOT / "lib", [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]) == []
+
+
+def test_planted_record_violations_are_found(tmp_path):
+    lib = tmp_path / "lib"
+    (lib / "repro").mkdir(parents=True)
+    (lib / "repro" / "rec.py").write_text(
+        "from dataclasses import dataclass\n\n@dataclass(frozen=True)\nclass Run:\n    a: int\n\n"
+        "@dataclass(frozen=True, kw_only=True)\nclass Ok:\n    a: int\n\nRun(1, 2, 3, 4, 5)\nOk(a=1)\n")
+    found = "\n".join(record_violations(lib, []))
+    assert "Run: a dataclass that is not keyword-only" in found and "Ok:" not in found
+    assert "Run(...) with 5 positional arguments" in found
+
+
 def test_planted_violations_are_found(tmp_path):
     lib = tmp_path / "lib"
     shutil.copytree(ROOT / "lib" / "repro", lib / "repro", ignore=shutil.ignore_patterns("__pycache__", "*.yaml"))
@@ -142,9 +225,16 @@ def test_planted_violations_are_found(tmp_path):
     (chapters / "two.py").write_text('"""Two."""\n\ndef run():\n    from repro.fam import _core\n    return _core\n')
     (lib / "repro" / "fam" / "core.py").write_text('"""Core."""\nfrom repro.fam.chapters import one\n')
     (lib / "repro" / "fam" / "worker_b.py").write_text('"""History."""\n')
+    other = lib / "repro" / "other" / "chapters"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text('"""Drivers."""\n')
+    (lib / "repro" / "other" / "__init__.py").write_text('"""Another planted family."""\n')
+    (lib / "repro" / "other" / "core.py").write_text('"""Core."""\nfrom repro.fam import core\n\nx = core._hidden\n')
     found = "\n".join(library_violations(lib))
     assert "fam.chapters.one: a chapter driver imports another chapter driver" in found
     assert "fam.chapters.two: function-local import" in found
     assert "private name repro.fam._core" in found
     assert "repro.fam.core: a method, core or machinery module imports a chapter module" in found
     assert "worker_b.py: a name that carries history" in found
+    assert "repro.other.core: the family other imports the family fam" in found
+    assert "repro.other.core: reads the private name core._hidden" in found

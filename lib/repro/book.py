@@ -43,7 +43,7 @@ CLASS_COLOURS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScoredClaim:
     """One claim of one chapter with its published result at a profile (None if never run)."""
 
@@ -409,7 +409,7 @@ def status_markdown(registry: Registry) -> str:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Course:
     """A book of chosen chapters, from ``book/courses/<name>.yaml``."""
 

@@ -67,7 +67,7 @@ PairSource = Callable[[int], tuple[torch.Tensor, torch.Tensor, torch.Tensor | No
 """``epoch -> (x_source, x_target, cond)``: fresh training pairs for one epoch of :func:`train_bridge`."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BridgeSchedule:
     """The bridge's ``m_t`` and ``var_t`` over ``t = 0 .. T-1``.
 
@@ -281,7 +281,7 @@ def drop_condition(
     return torch.where(_bcast(drop, cond).bool(), null, cond)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BridgeTrainResult:
     """A trained bridge denoiser.
 
@@ -420,7 +420,7 @@ def train_bridge(
             batches += 1
         history.append({"epoch": float(epoch), "loss": total / batches})
     denoiser.eval()
-    return BridgeTrainResult(denoiser, ema.model if ema is not None else denoiser, history)
+    return BridgeTrainResult(model=denoiser, ema_model=ema.model if ema is not None else denoiser, history=history)
 
 
 def sampling_steps(n_timesteps: int, n_steps: int) -> list[int]:

@@ -50,7 +50,7 @@ echo "results: $PWD/results/{chapter}/$profile/record.json"
 BUILD_TOOLS = ("wheel", "setuptools")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Bundle:
     """A written bundle: the archive and what it holds."""
 

@@ -30,6 +30,7 @@ from repro.datasets import DataIntegrityError, build_all, verify
 from repro.dvcgen import write_dvc_yaml
 from repro.reference import REFERENCE_PROFILE, compare, load_reference, write_reference
 from repro.registry import load_registry
+from repro.results import load_result
 from repro.runner import RunError, execute, plan, run_stale, status
 
 
@@ -163,8 +164,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     if args.no_run:
-        from repro.results import load_result
-
         record = load_result(args.chapter, args.profile)
         if record is None:
             print(f"repro check: {args.chapter} has no published {args.profile} record", file=sys.stderr)

@@ -121,7 +121,7 @@ def _largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HistogramPlan:
     """A planned label histogram and what the pool of samples allowed of it.
 

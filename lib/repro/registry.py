@@ -163,7 +163,7 @@ def fidelity_score(items: tuple[FidelityItem, ...]) -> float | None:
     return sum(i.weight for i in items) / len(items) if items else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Check:
     """A cross-field check over a chapter's parameters, evaluated before any kernel starts.
 
@@ -185,7 +185,7 @@ class Check:
 _CHECK_BUILTINS = {f.__name__: f for f in (all, any, len, min, max, sum, abs, set, sorted, range)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Chapter:
     """One chapter of the book."""
 
@@ -220,7 +220,7 @@ class Chapter:
         return f"params/{self.id}.yaml"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Registry:
     """All chapters and the family names."""
 

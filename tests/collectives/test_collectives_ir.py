@@ -43,12 +43,12 @@ def test_validate_rejects_unmatched_and_mismatched_messages() -> None:
     st = sched.steps[0][1]
     with pytest.raises(ValueError, match="do not match"):
         validate(_replace_step(sched, 0, 1, recvs=()))
-    longer = (Recv(st.recvs[0].peer, st.recvs[0].blocks + (3,), st.recvs[0].op),)
+    longer = (Recv(peer=st.recvs[0].peer, blocks=st.recvs[0].blocks + (3,), op=st.recvs[0].op),)
     with pytest.raises(ValueError, match="do not match"):
         validate(_replace_step(sched, 0, 1, recvs=longer))
     with pytest.raises(ValueError, match="out of range"):
-        validate(_replace_step(sched, 0, 1, sends=(Send(2, (99,)),)))
-    twice = (Recv(0, (0,), "copy"), Recv(0, (0,), "copy"))
+        validate(_replace_step(sched, 0, 1, sends=(Send(peer=2, blocks=(99,)),)))
+    twice = (Recv(peer=0, blocks=(0,), op="copy"), Recv(peer=0, blocks=(0,), op="copy"))
     with pytest.raises(ValueError, match="written twice"):
         validate(_replace_step(sched, 0, 1, recvs=twice))
 

@@ -164,7 +164,7 @@ def test_link_energy() -> None:
     """Idle power for the whole run plus the dynamic share while busy (busy = bytes / bandwidth)."""
     pf = gpu_cluster(2, 2, nics_per_node=1, nic_bandwidth=1e9)
     sched = build_schedule("ring", 4, 1000)
-    power = {"ib": LinkPower(10.0, 0.5)}
+    power = {"ib": LinkPower(peak_w=10.0, idle_fraction=0.5)}
     cls = lambda name: "ib" if name.startswith("nic") else None  # noqa: E731
     used = link_bytes_on_platform(sched, pf, 4)
     T = 1e-3

@@ -19,7 +19,7 @@ from repro.hpc.platforms import Platform, ZoneRoute
 from repro.hpc.simgrid import simgrid_available, simulate
 from repro.pario.exchange_sim import DragonflyConstants, irregular_pattern, platform_for, simulate_kernel
 
-CONSTANTS = DragonflyConstants(10e9, 5e9, 100e-9, 100e-9, 1.5e-6)
+CONSTANTS = DragonflyConstants(bandwidth=10e9, global_bandwidth=5e9, link_latency=100e-9, switch_latency=100e-9, alpha=1.5e-6)
 needs_simgrid = pytest.mark.skipif(not simgrid_available(),
                                    reason="SimGrid binding missing: run envs/simgrid-setup.sh <venv>")
 
@@ -76,10 +76,12 @@ def test_check_rejects_broken_zones() -> None:
     good = top.zone_routes.pop(pair)
     with pytest.raises(ValueError, match="no route"):
         pf.check()
-    top.zone_routes[pair] = ZoneRoute(good.gw_dst, good.gw_dst, good.links)  # source gateway in the wrong group
+    top.zone_routes[pair] = ZoneRoute(
+        gw_src=good.gw_dst, gw_dst=good.gw_dst, links=good.links
+    )  # source gateway in the wrong group
     with pytest.raises(ValueError, match="gateway"):
         pf.check()
-    top.zone_routes[pair] = ZoneRoute(good.gw_src, good.gw_dst, ("no-such-link",))
+    top.zone_routes[pair] = ZoneRoute(gw_src=good.gw_src, gw_dst=good.gw_dst, links=("no-such-link",))
     with pytest.raises(ValueError, match="unknown links"):
         pf.check()
     top.zone_routes[pair] = good
@@ -87,7 +89,7 @@ def test_check_rejects_broken_zones() -> None:
     leaf = next(z for z in top.walk() if z.hosts)
     leaf.hosts.pop()
     with pytest.raises(ValueError, match="exactly one leaf"):
-        Platform(pf.name, pf.hosts, pf.links, {}, pf.host_speed, top).check()
+        Platform(name=pf.name, hosts=pf.hosts, links=pf.links, routes={}, host_speed=pf.host_speed, zone=top).check()
 
 
 @needs_simgrid

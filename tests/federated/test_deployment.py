@@ -20,7 +20,7 @@ PHI = 2
 
 def fedlama() -> FedLAMA:
     """FedLAMA over both clients: layers are kept on the clients between aggregations (``context.state``)."""
-    return FedLAMA(SPEC.num_clients, LocalSGD(16, 0.05, 0.9).config(3), seed=0, phi=PHI)
+    return FedLAMA(SPEC.num_clients, LocalSGD(batch_size=16, lr=0.05, momentum=0.9).config(3), seed=0, phi=PHI)
 
 
 @pytest.mark.slow
@@ -42,8 +42,8 @@ def test_superlink_and_two_supernodes_reach_the_inprocess_model(same_weights) ->
 
 
 def test_a_process_that_dies_is_named(tmp_path) -> None:
-    proc = FlowerProcess("flower-supernode (partition-id=0)", [sys.executable, "-c", "raise SystemExit(3)"],
-                         tmp_path / "node.log")
+    proc = FlowerProcess(role="flower-supernode (partition-id=0)", command=[sys.executable, "-c", "raise SystemExit(3)"],
+                         log=tmp_path / "node.log")
     proc.start(dict(), tmp_path)
     with pytest.raises(DeploymentError, match=r"flower-supernode \(partition-id=0\) exited with code 3"):
         proc.wait_listening(1, timeout=30)
@@ -54,4 +54,4 @@ def test_addresses_and_node_counts_are_checked() -> None:
     with pytest.raises(ValueError, match="HOST:PORT"):
         SuperLinkAddress.parse("10.0.0.5")
     with pytest.raises(ValueError, match="num_nodes"):
-        LocalDeployment(0).__enter__()
+        LocalDeployment(num_nodes=0).__enter__()

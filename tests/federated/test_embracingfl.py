@@ -39,7 +39,7 @@ from repro.models import mlp
 
 SPEC = TaskSpec(dataset="digits", num_clients=6, alpha=0.5, hidden=(32, 24, 16), n_train=600)
 LOCAL = LocalSGD(batch_size=16, lr=0.05, momentum=0.9).config(3)
-STRONG = Tier("strong", 4, 1.0)
+STRONG = Tier(name="strong", trained_layers=4, width=1.0)
 
 
 def final_weights(strategy, app, rounds: int = 3) -> dict[str, np.ndarray]:
@@ -66,7 +66,7 @@ def test_heterofl_at_full_width_is_fedavg(scaler):
 
 
 def test_weak_clients_leave_frozen_layers_untouched():
-    weak = Tier("weak", 1, 0.25)
+    weak = Tier(name="weak", trained_layers=1, width=0.25)
     start = snapshot(initial_arrays(SPEC, 1))
     strategy = PartialTraining(3, LOCAL, [weak] * SPEC.num_clients, seed=1)
     end = final_weights(strategy, make_partial_client_app(SPEC, {"seed": 1}))
@@ -82,7 +82,7 @@ def test_weak_clients_leave_frozen_layers_untouched():
 
 
 def test_strong_only_contacts_no_weak_client():
-    tiers = [STRONG, Tier("weak", 0, 0.25)] * 3
+    tiers = [STRONG, Tier(name="weak", trained_layers=0, width=0.25)] * 3
     strategy = PartialTraining(4, LOCAL, tiers, seed=2)
     final_weights(strategy, make_partial_client_app(SPEC, {"seed": 2}), rounds=2)
     strong_count = [sum(tiers[p].name == "strong" for p in strategy.sampled[r]) for r in (1, 2)]
@@ -131,19 +131,24 @@ def test_masked_clients_count_only_towards_the_output_rows_of_their_classes():
 
 def test_a_masked_client_reports_the_classes_its_data_holds():
     spec = TaskSpec(dataset="digits", num_clients=4, scheme="dirichlet", alpha=0.1, hidden=(8,), n_train=200)
-    strategy = WidthReduced(4, LocalSGD(8, 0.1, 0.0).config(2), [Tier("weak", 1, 0.5)] * 4, seed=0)
+    strategy = WidthReduced(
+        4, LocalSGD(batch_size=8, lr=0.1, momentum=0.0).config(2), [Tier(name="weak", trained_layers=1, width=0.5)] * 4, seed=0
+    )
     seen: list[dict] = []
     aggregate = strategy.aggregate_train
 
     def spy(server_round, replies):
         replies = list(replies)
-        seen.extend({"pid": int(m.content["metrics"]["partition-id"]),
-                     "split": m.content["arrays"][LABEL_SPLIT_KEY].numpy()} for m in replies)
+        seen.extend(
+            {"pid": int(m.content["metrics"]["partition-id"]), "split": m.content["arrays"][LABEL_SPLIT_KEY].numpy()}
+            for m in replies
+        )
         return aggregate(server_round, replies)
 
     strategy.aggregate_train = spy
-    run_federated(strategy, make_heterofl_client_app(spec, masked_ce=True), 4, initial_arrays(spec, 0), 1,
-                  central_evaluator(spec), [1])
+    run_federated(
+        strategy, make_heterofl_client_app(spec, masked_ce=True), 4, initial_arrays(spec, 0), 1, central_evaluator(spec), [1]
+    )
     ds, parts = load_task_data(spec)
     assert len(seen) == 4
     for r in seen:
@@ -165,8 +170,11 @@ def test_ordered_dropout_masks_late_units():
 def hidden_outputs(model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     """The ReLU outputs of one forward pass."""
     seen = []
-    handles = [m.register_forward_hook(lambda mod, args, out: seen.append(out.detach().clone()))
-               for m in model.modules() if isinstance(m, torch.nn.ReLU)]
+    handles = [
+        m.register_forward_hook(lambda mod, args, out: seen.append(out.detach().clone()))
+        for m in model.modules()
+        if isinstance(m, torch.nn.ReLU)
+    ]
     model(x)
     for h in handles:
         h.remove()
@@ -242,8 +250,15 @@ def test_mask_with_every_class_present_or_at_evaluation_is_plain_cross_entropy()
 def client_round(y: np.ndarray, seed: int = 0) -> ClientRound:
     torch.manual_seed(seed)
     x = np.random.default_rng(seed).normal(size=(len(y), 6)).astype(np.float32)
-    return ClientRound(0, ConfigRecord({}), {}, mlp(6, [8, 4], 5), x, y.astype(np.int64),
-                       LocalSettings(steps=4, batch_size=8, lr=0.1, momentum=0.9, seed=seed))
+    return ClientRound(
+        partition_id=0,
+        config=ConfigRecord({}),
+        received={},
+        model=mlp(6, [8, 4], 5),
+        x=x,
+        y=y.astype(np.int64),
+        settings=LocalSettings(steps=4, batch_size=8, lr=0.1, momentum=0.9, seed=seed),
+    )
 
 
 def test_masked_client_leaves_output_rows_of_absent_classes_unchanged():
@@ -278,8 +293,9 @@ def test_unmasked_client_trains_as_before_bit_for_bit(scaler):
 
 def test_masked_heterofl_at_full_width_differs_from_fedavg_on_skewed_clients():
     fedavg = final_weights(SeededFedAvg(3, LOCAL, seed=1), make_client_app(SPEC, {"seed": 1}))
-    masked = final_weights(WidthReduced(3, LOCAL, [STRONG] * SPEC.num_clients, seed=1),
-                           make_heterofl_client_app(SPEC, {"seed": 1}, masked_ce=True))
+    masked = final_weights(
+        WidthReduced(3, LOCAL, [STRONG] * SPEC.num_clients, seed=1), make_heterofl_client_app(SPEC, {"seed": 1}, masked_ce=True)
+    )
     assert any(not np.allclose(fedavg[k], masked[k], rtol=1e-5, atol=1e-6) for k in fedavg)
 
 
@@ -309,11 +325,12 @@ def fjord_round(p_max: float, steps: int = 6) -> tuple[ClientRound, tuple[int, .
     x, y = rng.normal(size=(40, 5)).astype(np.float32), rng.integers(0, 3, 40)
     model = mlp(5, list(sliced_hidden(full, p_max)), 3)
     settings = LocalSettings(steps=steps, batch_size=8, lr=0.1, momentum=0.9, seed=7)
-    return ClientRound(0, ConfigRecord(), {}, model, x, y, settings), full
+    return ClientRound(partition_id=0, config=ConfigRecord(), received={}, model=model, x=x, y=y, settings=settings), full
 
 
-def trained(monkeypatch, p_max: float, distillation: SelfDistillation | None,
-            steps: int = 6) -> tuple[dict[str, torch.Tensor], list[float]]:
+def trained(
+    monkeypatch, p_max: float, distillation: SelfDistillation | None, steps: int = 6
+) -> tuple[dict[str, torch.Tensor], list[float]]:
     """The client's weights after :func:`train_ordered_dropout`, and the widths its ordered dropout drew."""
     rnd, full = fjord_round(p_max, steps)
     spec = TaskSpec(dataset="digits", num_clients=2, hidden=full)
@@ -370,7 +387,12 @@ def test_distilled_step_follows_the_step_loss(monkeypatch):
 
 
 def test_assign_tiers_follows_shares():
-    tiers = assign_tiers(40, (0.1, 0.2, 0.7), (STRONG, Tier("moderate", 2, 0.5), Tier("weak", 1, 0.25)), seed=0)
+    tiers = assign_tiers(
+        40,
+        (0.1, 0.2, 0.7),
+        (STRONG, Tier(name="moderate", trained_layers=2, width=0.5), Tier(name="weak", trained_layers=1, width=0.25)),
+        seed=0,
+    )
     assert [sum(t.name == n for t in tiers) for n in ("strong", "moderate", "weak")] == [4, 8, 28]
 
 
@@ -388,4 +410,3 @@ def test_memory_model_matches_torch_within_one_percent(trained_layers):
 def test_memory_fractions_monotone_in_trained_layers():
     fractions = memory_fractions(linear_layers(mlp(64, [128, 128, 128, 64], 10)), batch_size=16)
     assert fractions[-1] == 1.0 and all(a < b for a, b in zip(fractions, fractions[1:]))
-

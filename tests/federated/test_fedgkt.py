@@ -27,7 +27,7 @@ from repro.federated.task import TaskSpec, client_data
 from repro.models import set_weights, torch_threads
 
 SPEC = TaskSpec(dataset="digits", num_clients=4, scheme="iid", hidden=(32,), n_train=400)
-TASK = GktTask(SPEC, client_hidden=(16, 12), server_hidden=(32,))
+TASK = GktTask(spec=SPEC, client_hidden=(16, 12), server_hidden=(32,))
 LOCAL = LocalSGD(batch_size=16, lr=0.1).config(3)
 
 

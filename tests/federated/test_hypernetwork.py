@@ -43,8 +43,8 @@ def test_forward_needs_a_client_set():
 def test_an_unseen_client_is_served_from_inputs_alone():
     """The unseen path reads only ``x``; code that touches the labels raises."""
     model = build_hypernet(SPEC, seed=0)
-    client = UnseenClientData(7, np.random.default_rng(1).normal(size=(20, SPEC.in_features)).astype(np.float32),
-                              np.zeros(20, dtype=np.int64))
+    client = UnseenClientData(client=7, x=np.random.default_rng(1).normal(size=(20, SPEC.in_features)).astype(np.float32),
+                              _sealed_y=np.zeros(20, dtype=np.int64))
     logits = personal_logits(model, client.x, client.x)
     assert logits.shape == (20, SPEC.num_classes)
     assert client.labels_for_scoring(logits.argmax(1)) >= 0.0

@@ -28,7 +28,7 @@ from repro.federated.tiers import Tier, assign_tiers
 SPEC = TaskSpec(dataset="digits", num_clients=8, alpha=0.5, hidden=(32, 16), n_train=500)
 AUX_HIDDEN = (8,)
 LOCAL = LocalSGD(batch_size=8, lr=0.05, momentum=0.9).config(3)
-STRONG, WEAK = Tier("strong", 3, 1.0), Tier("weak", 0, 1.0)
+STRONG, WEAK = Tier(name="strong", trained_layers=3, width=1.0), Tier(name="weak", trained_layers=0, width=1.0)
 
 
 def two_model_run(strategy: TwoModelFedAvg, rounds: int, share: float, seed: int = 0) -> dict[str, np.ndarray]:
@@ -82,9 +82,21 @@ def test_labelled_split_covers_the_client_and_keeps_labels_out():
 def test_server_distillation_moves_the_large_model_towards_the_ensemble():
     tiers = [STRONG] * SPEC.num_clients
     pool = client_data(SPEC, 0)[0]
-    plain = two_model_run(TwoModelFedAvg(4, LOCAL, tiers, Recipe(True, "ce"), seed=0), rounds=2, share=0.5)
-    feddf = two_model_run(TwoModelFedAvg(4, LOCAL, tiers, Recipe(True, "ce", server_pool_steps=5), seed=0, pool=pool,
-                                         spec=SPEC, aux_hidden=AUX_HIDDEN), rounds=2, share=0.5)
+    plain = two_model_run(TwoModelFedAvg(4, LOCAL, tiers, Recipe(train_aux=True, large_loss="ce"), seed=0), rounds=2, share=0.5)
+    feddf = two_model_run(
+        TwoModelFedAvg(
+            4,
+            LOCAL,
+            tiers,
+            Recipe(train_aux=True, large_loss="ce", server_pool_steps=5),
+            seed=0,
+            pool=pool,
+            spec=SPEC,
+            aux_hidden=AUX_HIDDEN,
+        ),
+        rounds=2,
+        share=0.5,
+    )
     for k in keys_of(plain, AUX):
         np.testing.assert_array_equal(plain[k], feddf[k])  # A is untouched by the server step
     assert any(not np.array_equal(plain[k], feddf[k]) for k in keys_of(plain, LARGE))
@@ -108,12 +120,22 @@ def test_kd_weight_zero_leaves_only_the_cross_entropy_steps():
 
     def final_large(recipe: Recipe, kd_final: float) -> dict[str, np.ndarray]:
         strategy = TwoModelFedAvg(4, LOCAL, tiers, recipe, seed=0, kd_final=kd_final, kd_rampup=0)
-        hist = run_federated(strategy, make_two_model_client_app(spec, AUX_HIDDEN, 0.5, {"seed": 0}), spec.num_clients,
-                             pair_arrays(spec, AUX_HIDDEN, 0), 4, pair_evaluator(spec, AUX_HIDDEN), [4])
+        hist = run_federated(
+            strategy,
+            make_two_model_client_app(spec, AUX_HIDDEN, 0.5, {"seed": 0}),
+            spec.num_clients,
+            pair_arrays(spec, AUX_HIDDEN, 0),
+            4,
+            pair_evaluator(spec, AUX_HIDDEN),
+            [4],
+        )
         return {k: v for k, v in snapshot(hist.final_arrays).items() if k.startswith(LARGE)}
 
-    ce = final_large(Recipe(True, "ce"), 0.5)
-    muted, distilled = final_large(Recipe(True, "ce-then-kd"), 0.0), final_large(Recipe(True, "ce-then-kd"), 0.5)
+    ce = final_large(Recipe(train_aux=True, large_loss="ce"), 0.5)
+    muted, distilled = (
+        final_large(Recipe(train_aux=True, large_loss="ce-then-kd"), 0.0),
+        final_large(Recipe(train_aux=True, large_loss="ce-then-kd"), 0.5),
+    )
     for k in ce:
         np.testing.assert_array_equal(ce[k], muted[k])
     assert any(not np.allclose(ce[k], distilled[k]) for k in ce)

@@ -10,7 +10,7 @@ from repro.federated.personal import LabelAccessError, UnseenClientData, em_labe
 
 
 def test_unseen_labels_raise_on_access_but_score():
-    data = UnseenClientData(3, np.zeros((4, 2)), np.array([0, 1, 1, 0]))
+    data = UnseenClientData(client=3, x=np.zeros((4, 2)), _sealed_y=np.array([0, 1, 1, 0]))
     with pytest.raises(LabelAccessError):
         _ = data.y
     assert data.labels_for_scoring(np.array([0, 1, 0, 0])) == 75.0

@@ -100,7 +100,7 @@ def test_geometric_median_of_symmetric_points_and_an_outlier():
 
 
 def test_edge_case_attack_data():
-    attack = EdgeCaseAttack(SPEC, attackers=(2, 5), pdr=0.25)
+    attack = EdgeCaseAttack(spec=SPEC, attackers=(2, 5), pdr=0.25)
     train_tail, test_tail = tail_sets(attack)
     ds_x, ds_y = client_data(SPEC, 2)
     x, y = attacked_client_data(attack, 2)
@@ -114,9 +114,9 @@ def test_edge_case_attack_data():
     r = rotate_images(train_tail[:1], np.array([0.0]))
     np.testing.assert_allclose(r, np.clip(train_tail[:1], 0, train_tail.max()), atol=1e-6)
     with pytest.raises(ValueError, match="pdr"):
-        EdgeCaseAttack(SPEC, attackers=(1,), pdr=1.0)
+        EdgeCaseAttack(spec=SPEC, attackers=(1,), pdr=1.0)
     with pytest.raises(ValueError, match="attackers"):
-        EdgeCaseAttack(SPEC, attackers=(99,))
+        EdgeCaseAttack(spec=SPEC, attackers=(99,))
 
 
 def test_attacked_app_without_attackers_and_no_defence_is_bitwise_fedavg():
@@ -124,7 +124,7 @@ def test_attacked_app_without_attackers_and_no_defence_is_bitwise_fedavg():
     h_avg = run_federated(SeededFedAvg(4, LOCAL, seed=0), make_client_app(SPEC), 10, initial_arrays(SPEC, 0),
                           rounds, central_evaluator(SPEC), [rounds])
     s = RobustFedAvg(4, LOCAL, NoDefence(), seed=0)
-    h_rob = run_federated(s, make_attacked_client_app(EdgeCaseAttack(SPEC, attackers=())), 10,
+    h_rob = run_federated(s, make_attacked_client_app(EdgeCaseAttack(spec=SPEC, attackers=())), 10,
                           initial_arrays(SPEC, 0), rounds, central_evaluator(SPEC), [rounds])
     a, b = snapshot(h_avg.final_arrays), snapshot(h_rob.final_arrays)
     for k in a:

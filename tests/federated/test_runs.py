@@ -16,7 +16,7 @@ from repro.federated.task import TaskSpec
 SPEC = TaskSpec(dataset="digits", num_clients=4, scheme="iid", hidden=(8,))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ToyRun(FederatedRun):
     lr_scale: float = 1.0
 
@@ -25,14 +25,15 @@ class ToyRun(FederatedRun):
 
 def test_unknown_methods_are_refused_and_clients_per_round_defaults_to_all():
     with pytest.raises(ValueError, match="parameter 'method'"):
-        ToyRun("fedsgd", SPEC, LocalSGD(), tau=1, rounds=1, seed=0)
-    assert ToyRun("fedavg", SPEC, LocalSGD(), 1, 1, 0).clients_per_round == 4
-    assert ToyRun("fedavg", SPEC, LocalSGD(), 1, 1, 0, active_clients=2).clients_per_round == 2
+        ToyRun(method="fedsgd", spec=SPEC, sgd=LocalSGD(), tau=1, rounds=1, seed=0)
+    assert ToyRun(method="fedavg", spec=SPEC, sgd=LocalSGD(), tau=1, rounds=1, seed=0).clients_per_round == 4
+    assert ToyRun(method="fedavg", spec=SPEC, sgd=LocalSGD(), tau=1, rounds=1, seed=0,
+                  active_clients=2).clients_per_round == 2
 
 
 def test_a_simulated_run_becomes_one_row_and_its_evaluations_the_curve():
-    job = ToyRun("fedavg", SPEC, LocalSGD(batch_size=8, lr=0.1), tau=2, rounds=3, seed=1, active_clients=2,
-                 eval_every=2)
+    job = ToyRun(method="fedavg", spec=SPEC, sgd=LocalSGD(batch_size=8, lr=0.1), tau=2, rounds=3, seed=1,
+                 active_clients=2, eval_every=2)
     hist = job.simulate(SeededFedAvg(job.clients_per_round, job.local, seed=job.seed),
                         make_client_app(SPEC, {"seed": job.seed}))
     assert hist.rounds == [0, 2, 3]  # evaluated at 0, every 2 rounds and at the last

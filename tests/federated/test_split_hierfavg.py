@@ -39,7 +39,9 @@ def test_split_step_equals_unsplit_backprop_and_counts_bytes():
     # split: two clients, each with its own copy of the base, one shared core
     bases = [split_sequential(copy.deepcopy(whole), 2)[0] for _ in data]
     core = split_sequential(whole, 2)[1]
-    clients = [SplitBatch(b, torch.optim.SGD(b.parameters(), lr=0.1), xb, yb) for b, (xb, yb) in zip(bases, data)]
+    clients = [
+        SplitBatch(base=b, optimizer=torch.optim.SGD(b.parameters(), lr=0.1), x=xb, y=yb) for b, (xb, yb) in zip(bases, data)
+    ]
     _, exchanges = split_step(clients, core, torch.optim.SGD(core.parameters(), lr=0.1))
     ref = dict(reference.named_parameters())
     for k, p in core.named_parameters():
@@ -53,8 +55,9 @@ def test_split_step_equals_unsplit_backprop_and_counts_bytes():
 
 def test_one_client_one_edge_split_training_is_centralised_sgd():
     spec = TaskSpec(dataset="digits", num_clients=1, scheme="iid", hidden=(16, 24), n_train=300)
-    hist = run_split_training(spec, 2, SplitHierarchy(((0,),)), rounds=1, steps=3, batch_size=8, lr=0.1, seed=4,
-                              eval_rounds=[1])
+    hist = run_split_training(
+        spec, 2, SplitHierarchy(edges=((0,),)), rounds=1, steps=3, batch_size=8, lr=0.1, seed=4, eval_rounds=[1]
+    )
     model = build_model(spec, 4)
     x, y = client_data(spec, 0)
     local_sgd(model, x, y, steps=3, batch_size=8, lr=0.1, momentum=0.0, seed=client_seed(round_seed(4, 1), 0))
@@ -62,10 +65,24 @@ def test_one_client_one_edge_split_training_is_centralised_sgd():
 
 
 def test_hierfavg_with_one_edge_is_fedavg():
-    fedavg = run_federated(SeededFedAvg(3, LOCAL, seed=1), make_client_app(SPEC, {"seed": 1}), SPEC.num_clients,
-                           initial_arrays(SPEC, 1), 3, central_evaluator(SPEC), [3])
-    hier = run_federated(HierFAVG(3, LOCAL, [0] * SPEC.num_clients, seed=1), make_client_app(SPEC, {"seed": 1}),
-                         SPEC.num_clients, initial_arrays(SPEC, 1), 3, central_evaluator(SPEC), [3])
+    fedavg = run_federated(
+        SeededFedAvg(3, LOCAL, seed=1),
+        make_client_app(SPEC, {"seed": 1}),
+        SPEC.num_clients,
+        initial_arrays(SPEC, 1),
+        3,
+        central_evaluator(SPEC),
+        [3],
+    )
+    hier = run_federated(
+        HierFAVG(3, LOCAL, [0] * SPEC.num_clients, seed=1),
+        make_client_app(SPEC, {"seed": 1}),
+        SPEC.num_clients,
+        initial_arrays(SPEC, 1),
+        3,
+        central_evaluator(SPEC),
+        [3],
+    )
     a, b = snapshot(fedavg.final_arrays), snapshot(hier.final_arrays)
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
@@ -73,8 +90,9 @@ def test_hierfavg_with_one_edge_is_fedavg():
 
 def test_hierfavg_edges_drift_apart_between_cloud_rounds():
     strategy = HierFAVG(6, LOCAL, [0, 0, 0, 1, 1, 1], seed=1, cloud_every=2)
-    run_federated(strategy, make_client_app(SPEC, {"seed": 1}), SPEC.num_clients, initial_arrays(SPEC, 1), 3,
-                  central_evaluator(SPEC), [3])
+    run_federated(
+        strategy, make_client_app(SPEC, {"seed": 1}), SPEC.num_clients, initial_arrays(SPEC, 1), 3, central_evaluator(SPEC), [3]
+    )
     e0, e1 = snapshot(strategy.edge_models[0]), snapshot(strategy.edge_models[1])
     assert any(not np.array_equal(e0[k], e1[k]) for k in e0)
     size = sum(v.size for v in e0.values())
@@ -83,7 +101,7 @@ def test_hierfavg_edges_drift_apart_between_cloud_rounds():
 
 def test_split_round_time_grows_with_clients_per_server():
     cost = CostModel()
-    traffic = RoundTraffic(1e4, 1e4, 0.0)
+    traffic = RoundTraffic(client_up=1e4, client_down=1e4, cloud=0.0)
     one = cost.split_round(traffic, 1e6, 1e6, steps=5, clients_per_server=1, at_edge=True)
     many = cost.split_round(traffic, 1e6, 1e6, steps=5, clients_per_server=30, at_edge=True)
     assert many > one

@@ -32,11 +32,11 @@ def test_the_best_mean_over_seeds_wins_not_the_best_single_seed():
 
 def test_a_choice_at_an_end_of_its_grid_is_named():
     grid = (0.1, 0.2, 0.4)
-    low, mid, high = (Choice("m", v, 0.0, grid) for v in grid)
+    low, mid, high = (Choice(method="m", value=v, score=0.0, grid=grid) for v in grid)
     assert (low.grid_end, mid.grid_end, high.grid_end) == ("lowest", "", "highest")
-    assert Choice("m", 0.1, 0.0, (0.1,)).grid_end == ""  # a one-value grid tuned nothing
+    assert Choice(method="m", value=0.1, score=0.0, grid=(0.1,)).grid_end == ""  # a one-value grid tuned nothing
     assert grid_end_note([mid], {"m": "M"}) == ""
-    note = grid_end_note([low, Choice("n", 0.4, 0.0, grid)], {"m": "M"})
+    note = grid_end_note([low, Choice(method="n", value=0.4, score=0.0, grid=grid)], {"m": "M"})
     assert "M (lowest, 0.1)" in note and "n (highest, 0.4)" in note
 
 

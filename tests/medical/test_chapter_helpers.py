@@ -15,7 +15,7 @@ def _params(**kw):
 
 def test_lung_gap_sign_and_nan_sites():
     by_site = {"right_lung": 0.2, "left_lung": 0.4, "liver": 0.8, "bone": float("nan"), "mediastinal_node": 0.6}
-    assert math.isclose(lung_gap(FieldScores(1, 1, 1, by_site, 1)), 100 * (0.3 - 0.7))
+    assert math.isclose(lung_gap(FieldScores(position=1, kind=1, fdg=1, by_site=by_site, normal_cases=1)), 100 * (0.3 - 0.7))
 
 
 def test_blank_pet_keeps_ct():

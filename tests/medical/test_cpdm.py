@@ -58,7 +58,7 @@ def test_attenuation_channel_range(slices):
 def test_condition_stack():
     att = np.zeros((4, 8, 8), np.float32)
     assert condition_stack(MapChoice(), att, att) is None
-    assert condition_stack(MapChoice(True, True), att, att).shape == (4, 2, 8, 8)
+    assert condition_stack(MapChoice(attenuation=True, attention=True), att, att).shape == (4, 2, 8, 8)
     with pytest.raises(ValueError):
         condition_stack(MapChoice(attention=True), att, None)
 
@@ -69,9 +69,9 @@ def test_translators_train_and_sample(slices):
     seg = train_segmenter(ct01, hot_spot_mask(pet01, 0.18), plain, epochs=1, batch_size=8, lr=1e-3, seed=0)
     attn = attention_channel(seg, ct01)
     assert set(np.unique(attn)) <= {-1.0, 1.0}
-    maps = MapChoice(True, True)
+    maps = MapChoice(attenuation=True, attention=True)
     cond = condition_stack(maps, attenuation_channel(hu), attn)
-    settings = BridgeSettings(BridgeSchedule(n_timesteps=20), epochs=1, batch_size=8, lr=1e-3, sample_steps=4)
+    settings = BridgeSettings(schedule=BridgeSchedule(n_timesteps=20), epochs=1, batch_size=8, lr=1e-3, sample_steps=4)
     net = train_translator(maps, ct01, pet01, cond, plain, settings, seed=0)
     out = translate(net, ct01[:5], cond[:5], settings, seed=0)
     assert out.shape == (5, 16, 16) and out.min() >= 0.0 and out.max() <= 1.0

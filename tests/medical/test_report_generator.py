@@ -37,7 +37,9 @@ def test_generator_shapes_and_training(data):
     vocab = Vocabulary.build(reports)
     ids = vocab.encode(reports, 49)
     torch.manual_seed(0)
-    model = ReportGenerator(GeneratorConfig((8, 16, 16), len(vocab), (4, 8, 8), 32, 16))
+    model = ReportGenerator(
+        GeneratorConfig(volume_shape=(8, 16, 16), vocab_size=len(vocab), channels=(4, 8, 8), hidden=32, embed=16)
+    )
     logits = model(torch.from_numpy(x[:3]), torch.from_numpy(ids[:3, :-1]))
     assert logits.shape == (3, 48, len(vocab))
     losses = train_generator(model, ChannelScaling.fit(x).apply(x), ids, epochs=4, batch_size=8, lr=3e-3, seed=0)
@@ -48,7 +50,7 @@ def test_generator_shapes_and_training(data):
 
 def test_volume_sides_must_divide_by_eight():
     with pytest.raises(ValueError):
-        ReportGenerator(GeneratorConfig((10, 16, 16), 10))
+        ReportGenerator(GeneratorConfig(volume_shape=(10, 16, 16), vocab_size=10))
 
 
 def test_unknown_tokens_map_to_unk():
@@ -62,7 +64,9 @@ def test_generator_checkpoint_round_trip(data, tmp_path):
     vocab = Vocabulary.build(reports)
     scaling = ChannelScaling.fit(x)
     torch.manual_seed(0)
-    model = ReportGenerator(GeneratorConfig((8, 16, 16), len(vocab), (4, 8, 8), 32, 16)).eval()
+    model = ReportGenerator(
+        GeneratorConfig(volume_shape=(8, 16, 16), vocab_size=len(vocab), channels=(4, 8, 8), hidden=32, embed=16)
+    ).eval()
     path = save_generator(model, vocab, scaling, tmp_path / "gen.pt", {"seed": 0})
     again, vocab2, scaling2 = load_generator(path)
     assert vocab2 == vocab and scaling2 == scaling

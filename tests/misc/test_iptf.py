@@ -41,7 +41,7 @@ def test_boundary_is_zero_without_within_batch_differences():
 
 
 def test_boundary_is_zero_for_a_noise_free_content_free_stage():
-    flat = iptf.Stage("flat", 3.0, 0.0, 2.0)
+    flat = iptf.Stage(name="flat", base=3.0, per_object=0.0, load_coef=2.0)
     cfg = iptf.SurveyConfig(fields=20, nights=3, exposures=(10, 10), image_sd=0.0, stages=(flat,))
     data = iptf.add_features(iptf.make_survey(cfg, 1), "flat")
     assert iptf.within_batch_boundary(data) == pytest.approx(0.0, abs=1e-12)
@@ -69,7 +69,7 @@ def test_posterior_is_a_distribution_and_the_prediction_stays_in_range(survey):
 
 
 def test_temporal_features_do_not_help_without_a_machine_state_effect():
-    inert = iptf.Stage("inert", 5.0, 0.0, 0.0)
+    inert = iptf.Stage(name="inert", base=5.0, per_object=0.0, load_coef=0.0)
     cfg = iptf.SurveyConfig(fields=40, nights=12, exposures=(20, 25), stages=(inert,))
     data = iptf.add_features(iptf.make_survey(cfg, 2), "inert").dropna()
     train, test = iptf.chronological_split(data, 0.7)

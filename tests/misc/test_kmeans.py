@@ -25,7 +25,7 @@ def test_every_variant_gives_the_same_step(data):
 
 
 def test_labels_do_not_depend_on_the_chunk_count(data):
-    packed = km.pack(data.points, km.Variant("soa", True), LANES)
+    packed = km.pack(data.points, km.Variant(layout="soa", padded=True), LANES)
     ref = km.assign(packed, data.init, chunks=1)
     for chunks in (2, 3, 7):
         assert np.array_equal(km.assign(packed, data.init, chunks=chunks), ref)
@@ -44,20 +44,22 @@ def _sequential_distances(x: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 def test_padding_adds_only_zeros_and_keeps_every_distance(data):
-    packed = km.pack(data.points, km.Variant("aos", True), LANES)
+    packed = km.pack(data.points, km.Variant(layout="aos", padded=True), LANES)
     d = data.points.shape[1]
     assert packed.data.shape[1] % LANES == 0
     assert np.array_equal(packed.data[:, :d], data.points) and not packed.data[:, d:].any()
     cpad = km.pad_centroids(data.init, packed)
     assert np.array_equal(_sequential_distances(packed.data, cpad), _sequential_distances(data.points, data.init))
-    blocked = km.pack(data.points, km.Variant("aosoa", True), LANES)
+    blocked = km.pack(data.points, km.Variant(layout="aosoa", padded=True), LANES)
     n = data.points.shape[0]
     flat = blocked.data.transpose(0, 2, 1).reshape(-1, d)
     assert np.array_equal(flat[:n], data.points) and not flat[n:].any()
 
 
 def test_one_step_matches_scikit_learn(data):
-    ours = km.lloyd_step(data.points, km.pack(data.points, km.Variant("aosoa", True, "parallel"), LANES), data.init)
+    ours = km.lloyd_step(
+        data.points, km.pack(data.points, km.Variant(layout="aosoa", padded=True, reduction="parallel"), LANES), data.init
+    )
     ref = km.sklearn_step(data)
     np.testing.assert_allclose(ours.centroids, ref.centroids, rtol=0, atol=1e-9)
     relabel = km.assign(km.pack(data.points, km.BASELINE, LANES), ours.centroids)
@@ -80,19 +82,19 @@ def test_empty_cluster_keeps_its_centroid():
 
 def test_variant_validation():
     with pytest.raises(ValueError):
-        km.Variant("aosoa", padded=False)
+        km.Variant(layout="aosoa", padded=False)
     with pytest.raises(ValueError):
-        km.Variant("csr")
+        km.Variant(layout="csr")
     with pytest.raises(ValueError):
-        km.Variant("aos", reduction="atomic")
+        km.Variant(layout="aos", reduction="atomic")
 
 
 def test_instruction_count_model():
     assert km.vector_ops(km.BASELINE, 17, 16, 4.0) == 1 + 1 + 4
-    assert km.vector_ops(km.Variant("aos", True), 17, 16, 4.0) == 2 + 4
-    assert km.vector_ops(km.Variant("soa"), 17, 16, 4.0) == pytest.approx(17 / 16)
+    assert km.vector_ops(km.Variant(layout="aos", padded=True), 17, 16, 4.0) == 2 + 4
+    assert km.vector_ops(km.Variant(layout="soa"), 17, 16, 4.0) == pytest.approx(17 / 16)
     # same widths on host and target: the model returns the measured improvement unchanged
-    v = km.Variant("aosoa", True)
+    v = km.Variant(layout="aosoa", padded=True)
     assert km.modelled_improvement(1.0, 2.0, v, 16, 8, 8, 4.0) == pytest.approx(50.0)
     # doubling the lanes halves the blocked layout's count, not the aligned baseline's horizontal sum
     assert km.modelled_improvement(1.0, 1.0, v, 64, 8, 16, 0.0) == pytest.approx(0.0)

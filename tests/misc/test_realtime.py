@@ -83,12 +83,14 @@ def test_loop_splitting_keeps_the_volume():
 
 
 def test_a_cycle_and_an_unknown_action_are_refused():
-    a = rt.Component("a", (rt.Action("x", 1.0), rt.Action("y", 1.0)), (("x", "y"), ("y", "x")))
+    a = rt.Component(
+        name="a", actions=(rt.Action(name="x", wcet=1.0), rt.Action(name="y", wcet=1.0)), flows=(("x", "y"), ("y", "x"))
+    )
     with pytest.raises(ValueError, match="cycle"):
-        rt.precedence_graph(rt.System((a,)))
-    b = rt.Component("b", (rt.Action("x", 1.0),))
+        rt.precedence_graph(rt.System(components=(a,)))
+    b = rt.Component(name="b", actions=(rt.Action(name="x", wcet=1.0),))
     with pytest.raises(ValueError, match="unknown"):
-        rt.precedence_graph(rt.System((b,), (("b.x", "b.z"),)))
+        rt.precedence_graph(rt.System(components=(b,), connections=(("b.x", "b.z"),)))
 
 
 def test_a_violated_bound_would_be_seen():
@@ -103,9 +105,10 @@ def test_a_violated_bound_would_be_seen():
 
 # ---- fixed-priority response-time analysis, partitioning and federated scheduling ----
 
+
 def _tasks(*specs: tuple[float, float]) -> list[rt.PeriodicTask]:
     """Tasks named t0, t1, ... with (C, T) and D = T, in the given priority order."""
-    return [rt.PeriodicTask(f"t{i}", c, t, t) for i, (c, t) in enumerate(specs)]
+    return [rt.PeriodicTask(name=f"t{i}", wcet=c, period=t, deadline=t) for i, (c, t) in enumerate(specs)]
 
 
 def test_response_times_of_a_textbook_task_set():
@@ -135,17 +138,23 @@ def test_an_unschedulable_task_is_reported_with_its_first_late_iterate():
 def test_blocking_adds_to_the_recurrence():
     """(3, 7), then (3, 12) blocked for 2: 8, 11, 11."""
     high, low = _tasks((3, 7), (3, 12))
-    r = rt.response_time(rt.PeriodicTask(low.name, low.wcet, low.period, low.deadline, blocking=2.0), [high])
+    r = rt.response_time(
+        rt.PeriodicTask(name=low.name, wcet=low.wcet, period=low.period, deadline=low.deadline, blocking=2.0), [high]
+    )
     assert r.response == 11 and r.schedulable and r.iterations == 3
 
 
 def test_a_deadline_beyond_the_period_is_refused():
     with pytest.raises(ValueError, match="exceeds its period"):
-        rt.response_time(rt.PeriodicTask("x", 1.0, 5.0, 6.0), [])
+        rt.response_time(rt.PeriodicTask(name="x", wcet=1.0, period=5.0, deadline=6.0), [])
 
 
 def test_deadline_monotonic_order():
-    tasks = [rt.PeriodicTask("a", 1, 10, 9), rt.PeriodicTask("b", 1, 8, 8), rt.PeriodicTask("c", 1, 10, 9)]
+    tasks = [
+        rt.PeriodicTask(name="a", wcet=1, period=10, deadline=9),
+        rt.PeriodicTask(name="b", wcet=1, period=8, deadline=8),
+        rt.PeriodicTask(name="c", wcet=1, period=10, deadline=9),
+    ]
     assert [t.name for t in rt.deadline_monotonic(tasks)] == ["b", "a", "c"]
 
 
@@ -153,8 +162,12 @@ def _random_task_set(seed: int, n: int, utilisation: float) -> list[rt.PeriodicT
     rng = np.random.default_rng(seed)
     periods = rng.choice([5, 8, 10, 12, 20, 25, 40], size=n)
     utils = rng.dirichlet(np.ones(n)) * utilisation
-    return rt.deadline_monotonic([rt.PeriodicTask(f"t{i}", float(u * p), float(p), float(p))
-                                  for i, (u, p) in enumerate(zip(utils, periods))])
+    return rt.deadline_monotonic(
+        [
+            rt.PeriodicTask(name=f"t{i}", wcet=float(u * p), period=float(p), deadline=float(p))
+            for i, (u, p) in enumerate(zip(utils, periods))
+        ]
+    )
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -191,8 +204,8 @@ def test_first_fit_partitioning_admits_by_response_time():
 def test_federated_cores_meet_the_deadline_with_graham():
     assert rt.federated_cores(10.0, 4.0, 6.0) == 3  # 4 + 6 / 3 = 6 <= 6, 4 + 6 / 2 > 6
     assert rt.federated_cores(10.0, 6.0, 6.0) is None
-    heavy = rt.DagTask("h", 10.0, 4.0, 6.0, 6.0)
-    light = rt.DagTask("l", 2.0, 1.0, 5.0, 5.0)
+    heavy = rt.DagTask(name="h", volume=10.0, critical_path=4.0, period=6.0, deadline=6.0)
+    light = rt.DagTask(name="l", volume=2.0, critical_path=1.0, period=5.0, deadline=5.0)
     assert heavy.heavy and not light.heavy
     fs = rt.federated_schedule([heavy, light], 4)
     assert fs.schedulable and fs.dedicated == {"h": 3} and fs.bounds == {"h": pytest.approx(6.0), "l": 2.0}
@@ -204,8 +217,16 @@ def test_federated_schedules_of_random_designs_hold_in_simulation(seed):
     rng = np.random.default_rng(seed)
     graphs = [rt.thread_design(_random_graph(10 * seed + i, n=30), "chains").graph for i in range(4)]
     utils = rng.dirichlet(np.ones(4)) * 2.5
-    tasks = [rt.DagTask(f"a{i}", rt.volume(g), rt.critical_path(g), rt.volume(g) / u, rt.volume(g) / u)
-             for i, (g, u) in enumerate(zip(graphs, utils))]
+    tasks = [
+        rt.DagTask(
+            name=f"a{i}",
+            volume=rt.volume(g),
+            critical_path=rt.critical_path(g),
+            period=rt.volume(g) / u,
+            deadline=rt.volume(g) / u,
+        )
+        for i, (g, u) in enumerate(zip(graphs, utils))
+    ]
     fs = rt.federated_schedule(tasks, 32)
     assert fs.schedulable and fs.dedicated and fs.partitions
     for name, n in fs.dedicated.items():

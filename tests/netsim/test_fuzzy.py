@@ -43,7 +43,7 @@ SCENARIO = Scenario(buses=12, rsus=6, grid=16, routes=3, horizon_s=300.0, gen_in
 
 def test_pinned_controller_gives_the_environment_rewards():
     env = OppCommEnv(SCENARIO.config(theta=0.5))
-    reward = shaped_reward(ConstantTheta(0.5))
+    reward = shaped_reward(ConstantTheta(theta=0.5))
     obs, info = env.reset(seed=0)
     rng = np.random.default_rng(0)
     for _ in range(100):
@@ -56,7 +56,7 @@ def test_pinned_controller_reduces_to_plain_q_learning():
     cfg = QLearningConfig(shared=True)
     plain, plain_curve = train_q_agents(SCENARIO, 2, seed=3, qconfig=cfg, theta=0.5)
     pinned, pinned_curve = train_q_agents(SCENARIO, 2, seed=3, qconfig=cfg, theta=0.9,
-                                          reward_fn=shaped_reward(ConstantTheta(0.5)))
+                                          reward_fn=shaped_reward(ConstantTheta(theta=0.5)))
     np.testing.assert_array_equal(plain.table, pinned.table)
     assert plain_curve == pinned_curve
     fuzzy, _ = train_q_agents(SCENARIO, 2, seed=3, qconfig=cfg, reward_fn=shaped_reward(FuzzyTheta(grid=11)))

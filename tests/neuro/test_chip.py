@@ -17,7 +17,7 @@ def network():
     sizes = [20, 45, 30, 7]
     weights = tuple(np.round(rng.normal(0, 40, size=(a, b))) for a, b in zip(sizes[:-1], sizes[1:]))
     biases = tuple(np.round(rng.normal(5, 10, size=b)) for b in sizes[1:])
-    return cv.SpikingNetwork(weights, biases, 100.0)
+    return cv.SpikingNetwork(weights=weights, biases=biases, threshold=100.0)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def inputs():
 
 def test_partitioned_chip_equals_the_monolithic_reference(network, inputs):
     ref = reference_run(network, inputs)
-    chip = build_chip(network, ChipConfig(8, 16, (5, 6)), seed=0)
+    chip = build_chip(network, ChipConfig(axons=8, neurons=16, mesh=(5, 6)), seed=0)
     assert sum(int(s.sum()) for s in ref.spikes) > 0
     for workers in (1, 3):
         run = chip_run(chip, inputs, workers=workers)
@@ -36,7 +36,7 @@ def test_partitioned_chip_equals_the_monolithic_reference(network, inputs):
 
 
 def test_packets_equal_spikes_times_destination_cores(network, inputs):
-    chip = build_chip(network, ChipConfig(8, 16, (5, 6), placement="random"), seed=3)
+    chip = build_chip(network, ChipConfig(axons=8, neurons=16, mesh=(5, 6), placement="random"), seed=3)
     run = chip_run(chip, inputs)
     expected = 0
     for layer, spikes in enumerate(run.spikes[:-1]):
@@ -48,7 +48,7 @@ def test_packets_equal_spikes_times_destination_cores(network, inputs):
 
 def test_hops_are_manhattan_distances():
     coords = place(6, (3, 3), "random", seed=2)
-    counter = TrafficCounter(coords)
+    counter = TrafficCounter(coords=coords)
     counter.add(0, np.array([1, 5]), 3)
     counter.add(4, np.array([0]), 2)
     manhattan = lambda a, b: int(np.abs(coords[a] - coords[b]).sum())  # noqa: E731
@@ -87,7 +87,7 @@ def test_ideal_devices_are_exact_and_constrained_ones_are_not():
 
 def test_constraints_change_the_spikes(network, inputs):
     ref = reference_run(network, inputs)
-    chip = build_chip(network, ChipConfig(8, 16, (5, 6), device=DeviceModel(levels=3)), seed=0)
+    chip = build_chip(network, ChipConfig(axons=8, neurons=16, mesh=(5, 6), device=DeviceModel(levels=3)), seed=0)
     run = chip_run(chip, inputs)
     assert any(not np.array_equal(a, b) for a, b in zip(run.spikes, ref.spikes))
 
@@ -116,7 +116,7 @@ def test_random_networks_are_reproducible_and_fire_sparsely():
 
 
 def test_relocated_traffic_keeps_packets_and_recounts_hops(network, inputs):
-    chip = build_chip(network, ChipConfig(8, 16, (5, 6)), seed=0)
+    chip = build_chip(network, ChipConfig(axons=8, neurons=16, mesh=(5, 6)), seed=0)
     run = chip_run(chip, inputs)
     coords = place(len(chip.tiles), (5, 6), "random", seed=4)
     moved = run.traffic.relocated(coords)

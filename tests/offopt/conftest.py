@@ -59,7 +59,7 @@ def grid(tasks) -> GridResult:
         "grad_ascent+ignite2",
         "cma_es",
         "cma_es+ignite2",
-        MethodSpec("root (F=1)", "root", root={"n_functions": 1}),
+        MethodSpec(label="root (F=1)", method="root", root={"n_functions": 1}),
     ]
     return run_grid(tasks, methods, [0, 1], diagnostics=["sharpness", "sensitivity"], **TINY)
 

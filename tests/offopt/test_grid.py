@@ -60,7 +60,7 @@ def test_grid_rejects_bad_input(tasks) -> None:
     with pytest.raises(ValueError, match="diagnostics"):
         g.run_grid(tasks, ["grad_ascent"], [0], diagnostics=["curvature"], progress=False)
     with pytest.raises(ValueError, match="method"):
-        g.MethodSpec("x", "adam")
+        g.MethodSpec(label="x", method="adam")
     with pytest.raises(ValueError, match="tasks"):
         g.build_tasks(["ackley", "sphere"], 3)
     with pytest.raises(ValueError, match="tasks"):
@@ -230,7 +230,7 @@ def test_grid_settings_are_frozen_tuples_named_as_the_schema(tasks) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.dim = 4  # type: ignore[misc]
     with pytest.raises(TypeError):
-        g.GridSettings("ackley", 3)  # keyword-only: no positional records
+        g.GridSettings(tasks="ackley", dim=3)  # keyword-only: no positional records
     assert s.surrogate_config() == {"hidden": [16], "epochs": 4, "device": "cpu"}
     assert s.search_config() == {"grad_steps": 8, "grad_lr": 0.01, "cma_starts": 4, "cma_generations": 4}
     built = s.build_tasks()

@@ -110,10 +110,22 @@ def test_neuron_traces_spike_and_depend_on_parameters() -> None:
 def test_ddp_training_is_identical_for_same_sample_order(tmp_path: Path) -> None:
     x, y = neuron_traces(40, 512, seed=1)
     paths = write_shards(tmp_path, x[:32], y[:32], 2)
-    rep = launch_training({"shards": paths, "val_x": x[32:], "val_y": y[32:],
-                           "strategies": [Strategy("synchronous", 1, False), Strategy("thread only", 1, True)],
-                           "epochs": 2, "batch": 4, "lr": 1e-3, "seed": 0, "latency": 0.0, "bandwidth": 1e12},
-                          procs=2, timeout=240)
+    rep = launch_training(
+        {
+            "shards": paths,
+            "val_x": x[32:],
+            "val_y": y[32:],
+            "strategies": [Strategy(name="synchronous", k=1, threaded=False), Strategy(name="thread only", k=1, threaded=True)],
+            "epochs": 2,
+            "batch": 4,
+            "lr": 1e-3,
+            "seed": 0,
+            "latency": 0.0,
+            "bandwidth": 1e12,
+        },
+        procs=2,
+        timeout=240,
+    )
     sync, threaded = rep["ranks"][0]
     # same blocks, same in-block order: the thread changes when data arrives, not what the model sees
     assert [e["train_loss"] for e in sync["epochs"]] == [e["train_loss"] for e in threaded["epochs"]]

@@ -14,12 +14,12 @@ from repro.pario.mpi_worker import launch
 
 
 def test_chunks_cover_the_variable_once() -> None:
-    var = ck.Variable("v", (23, 17), (5, 4))
+    var = ck.Variable(name="v", shape=(23, 17), chunk=(5, 4))
     seen = np.zeros(var.shape, dtype=int)
     for c in range(var.num_chunks):
         seen[var.chunk_slab(c).index()] += 1
     assert var.grid == (5, 5) and np.all(seen == 1)
-    assert var.chunks_of(ck.Slab((4, 3), (2, 2))) == [0, 1, 5, 6]
+    assert var.chunks_of(ck.Slab(start=(4, 3), count=(2, 2))) == [0, 1, 5, 6]
 
 
 def _owners(var: ck.Variable, slabs_per_rank: list[list[ck.Slab]]) -> np.ndarray:
@@ -32,20 +32,23 @@ def _owners(var: ck.Variable, slabs_per_rank: list[list[ck.Slab]]) -> np.ndarray
 
 
 def test_owner_is_max_overlap_and_unique_writer() -> None:
-    var = ck.Variable("v", (8, 8), (4, 4))
+    var = ck.Variable(name="v", shape=(8, 8), chunk=(4, 4))
     # rank 0 writes the left half, rank 1 the right half, rank 2 a 1x1 corner of chunk 0 (shared with rank 0)
-    slabs = [[ck.Slab((0, 0), (8, 4))], [ck.Slab((0, 4), (8, 4))], [ck.Slab((0, 0), (1, 1))]]
+    slabs = [[ck.Slab(start=(0, 0), count=(8, 4))], [ck.Slab(start=(0, 4), count=(8, 4))], [ck.Slab(start=(0, 0), count=(1, 1))]]
     owners = _owners(var, slabs)
     assert owners.tolist() == [0, 1, 0, 1]
     # a tie: two ranks with equal overlap of every chunk; the priority rotates, so both own some chunks
-    var2 = ck.Variable("w", (2, 16), (2, 2))
-    tie = [[ck.Slab((0, 0), (1, 16))], [ck.Slab((1, 0), (1, 16))]]
+    var2 = ck.Variable(name="w", shape=(2, 16), chunk=(2, 2))
+    tie = [[ck.Slab(start=(0, 0), count=(1, 16))], [ck.Slab(start=(1, 0), count=(1, 16))]]
     owners2 = _owners(var2, tie)
     assert set(owners2.tolist()) == {0, 1}
 
 
 def test_header_table_and_reader_round_trip(tmp_path: Path) -> None:
-    variables = [ck.Variable("a", (13, 10), (4, 3)), ck.Variable("b", (5, 9), (5, 2), "<f8", "identity")]
+    variables = [
+        ck.Variable(name="a", shape=(13, 10), chunk=(4, 3)),
+        ck.Variable(name="b", shape=(5, 9), chunk=(5, 2), dtype="<f8", filter="identity"),
+    ]
     fields = [ck.synthetic_field(v, i) for i, v in enumerate(variables)]
     blobs = [[v.encode(f[v.chunk_slab(c).index()]) for c in range(v.num_chunks)] for v, f in zip(variables, fields)]
     table = ck.layout(variables, [np.array([len(b) for b in bl]) for bl in blobs])
@@ -60,16 +63,37 @@ def test_header_table_and_reader_round_trip(tmp_path: Path) -> None:
                 fh.write(b)
     for v, f in zip(variables, fields):
         assert ck.read_variable(path, v.name).tobytes() == f.tobytes()
-        slab = ck.Slab((2, 1), (3, 5))
+        slab = ck.Slab(start=(2, 1), count=(3, 5))
         assert np.array_equal(ck.read_variable(path, v.name, slab), f[slab.index()])
 
 
 @pytest.mark.parametrize("chunk,tile", [((16, 32), (5, 7)), ((7, 9), (3, 20)), ((64, 64), (8, 8))])
 def test_mpi_chunked_round_trip(chunk: tuple[int, int], tile: tuple[int, int]) -> None:
-    variables = [{"name": f"v{i}", "shape": [40 + 3 * i, 61], "chunk": list(chunk), "dtype": "<f4",
-                  "filter": "zlib" if i % 2 == 0 else "identity", "level": 4} for i in range(4)]
-    rep = launch(4, {"chunked": {"variables": variables, "grid": [2, 2], "tile": list(tile), "seed": 1,
-                                 "modes": ["per-request", "aggregated"], "repeats": 1}}, timeout=120)
+    variables = [
+        {
+            "name": f"v{i}",
+            "shape": [40 + 3 * i, 61],
+            "chunk": list(chunk),
+            "dtype": "<f4",
+            "filter": "zlib" if i % 2 == 0 else "identity",
+            "level": 4,
+        }
+        for i in range(4)
+    ]
+    rep = launch(
+        4,
+        {
+            "chunked": {
+                "variables": variables,
+                "grid": [2, 2],
+                "tile": list(tile),
+                "seed": 1,
+                "modes": ["per-request", "aggregated"],
+                "repeats": 1,
+            }
+        },
+        timeout=120,
+    )
     assert rep["modes_identical"] and rep["contiguous"]["equals_fields"]
     for m in rep["modes"]:
         assert m["variables_differing"] == 0 and m["overlapping_extents"] == 0 and m["extents_outside"] == 0, m
@@ -77,7 +101,10 @@ def test_mpi_chunked_round_trip(chunk: tuple[int, int], tile: tuple[int, int]) -
 
 
 def test_hdf5_gzip_chunks_decode_alike(tmp_path: Path) -> None:
-    variables = [ck.Variable("a", (30, 20), (8, 6)), ck.Variable("b", (9, 9), (4, 4), filter="identity")]
+    variables = [
+        ck.Variable(name="a", shape=(30, 20), chunk=(8, 6)),
+        ck.Variable(name="b", shape=(9, 9), chunk=(4, 4), filter="identity"),
+    ]
     fields = [ck.synthetic_field(v, i) for i, v in enumerate(variables)]
     blobs = [[v.encode(f[v.chunk_slab(c).index()]) for c in range(v.num_chunks)] for v, f in zip(variables, fields)]
     table = ck.layout(variables, [np.array([len(b) for b in bl]) for bl in blobs])

@@ -32,7 +32,7 @@ def test_irregular_is_uneven_and_fragmented() -> None:
 
 def test_requests_reject_overlap_and_coalesce_keeps_bytes() -> None:
     with pytest.raises(ValueError):
-        dc.Requests(np.array([0, 5]), np.array([6, 2]))
+        dc.Requests(offsets=np.array([0, 5]), lengths=np.array([6, 2]))
     r = dc.Requests.from_pairs([10, 0, 4, 6], [3, 4, 2, 1])
     c = r.coalesced()
     assert c.nbytes == r.nbytes and c.offsets.tolist() == [0, 10] and c.lengths.tolist() == [7, 3]

@@ -15,16 +15,16 @@ from repro.pario.twophase import exchange_plan
 
 
 def test_layout_groups_and_inas() -> None:
-    lay = IntraNodeLayout(16, 8, 2)
+    lay = IntraNodeLayout(p=16, ranks_per_node=8, per_node=2)
     assert lay.nodes == 2 and lay.group_size == 4
     assert lay.inas() == [0, 4, 8, 12]
     assert [lay.ina_of(r) for r in range(8)] == [0, 0, 0, 0, 4, 4, 4, 4]
     assert all(lay.node_of(m) == lay.node_of(i) for i in lay.inas() for m in lay.members(i))
     assert ina_aggregators(lay) == [0, 2]
     with pytest.raises(ValueError):
-        IntraNodeLayout(16, 8, 3)
+        IntraNodeLayout(p=16, ranks_per_node=8, per_node=3)
     with pytest.raises(ValueError):
-        IntraNodeLayout(12, 8, 1)
+        IntraNodeLayout(p=12, ranks_per_node=8, per_node=1)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -56,7 +56,7 @@ def test_merge_keeps_gaps() -> None:
 def test_ina_counts_sum_the_groups() -> None:
     d = dc.irregular_runs(20000, 8, 7, seed=1)
     plan = exchange_plan(d, 2)
-    lay = IntraNodeLayout(8, 4, 2)
+    lay = IntraNodeLayout(p=8, ranks_per_node=4, per_node=2)
     got = ina_counts(plan.counts, lay)
     assert got.shape == (4, 2)
     assert np.array_equal(got[1], plan.counts[2] + plan.counts[3])
@@ -88,8 +88,8 @@ def test_tam_model_with_every_rank_an_ina_is_plain_two_phase() -> None:
     from_pattern = irregular_pattern(256, 16, 4096, 64, seed=0)
     model = EndpointModel(alpha=1e-6, bandwidth=1e10, o0=2e-7, o1=1e-9)
     node = NodeConstants(alpha_shm=5e-7, memory_bandwidth=2e10, merge=2e-8)
-    same = tam_time(from_pattern, IntraNodeLayout(256, 16, 16), model, node)
+    same = tam_time(from_pattern, IntraNodeLayout(p=256, ranks_per_node=16, per_node=16), model, node)
     assert same.layer1 == 0.0 and same.layer2 == pytest.approx(plain_time(from_pattern, model))
     # one INA per node: layer 2 has 16 senders, so each aggregator posts at most 15 receives
-    fewer = tam_time(from_pattern, IntraNodeLayout(256, 16, 1), model, node)
+    fewer = tam_time(from_pattern, IntraNodeLayout(p=256, ranks_per_node=16, per_node=1), model, node)
     assert fewer.layer1 > 0 and fewer.layer2 < same.layer2

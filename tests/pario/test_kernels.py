@@ -43,22 +43,22 @@ def test_window_bounds(p: int, A: int, W: int) -> None:
     counts = np.ones((p, A), dtype=np.int64)
     aggs = [i * p // A for i in range(A)]
     for name in ("scattered", "balanced"):
-        sends, recvs = round_table(KernelSpec(name, W), counts, aggs).outstanding()
+        sends, recvs = round_table(KernelSpec(name=name, window=W), counts, aggs).outstanding()
         assert recvs.max() <= W and sends.max() <= W, name
-    sends, recvs = round_table(KernelSpec("balanced", W), counts, aggs).outstanding()
+    sends, recvs = round_table(KernelSpec(name="balanced", window=W), counts, aggs).outstanding()
     if W <= p // A:
         assert sends.max() == 1  # every sender has one target per round: no hot spot
     unordered = round_table("unordered", counts, aggs).outstanding()[1]
     assert unordered.max() == p - 1
-    for spec in ("unordered", "pairwise", KernelSpec("scattered", W), KernelSpec("balanced", W)):
+    for spec in ("unordered", "pairwise", KernelSpec(name="scattered", window=W), KernelSpec(name="balanced", window=W)):
         table = round_table(spec, counts, aggs)
         assert table.busiest_round == table.outstanding()[0].sum(axis=1).max() == table.outstanding()[1].sum(axis=1).max()
     assert round_table("unordered", counts, aggs).busiest_round == p * A - A  # every message at once
-    assert round_table(KernelSpec("balanced", W), counts, aggs).busiest_round <= A * W
+    assert round_table(KernelSpec(name="balanced", window=W), counts, aggs).busiest_round <= A * W
 
 
 def test_kernel_spec_parsing() -> None:
-    assert KernelSpec.parse("balanced:4") == KernelSpec("balanced", 4)
+    assert KernelSpec.parse("balanced:4") == KernelSpec(name="balanced", window=4)
     with pytest.raises(ValueError):
         KernelSpec.parse("balanced")
     with pytest.raises(ValueError):

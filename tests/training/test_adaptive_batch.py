@@ -18,14 +18,18 @@ SETUP = driver.BatchSetup(hidden=(16,), epochs=3, momentum=0.9, initial_lr=0.02,
 @pytest.mark.parametrize("trigger", ["interval", "plateau"])
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_batch_grows_in_powers_of_two_up_to_the_cap_and_lr_scales(trigger, alpha):
-    ctl = BatchController(BatchSchedule(16, 256, 0.1, alpha, trigger, interval=2, window=1, delta=0.5))
+    ctl = BatchController(
+        BatchSchedule(
+            initial_batch=16, max_batch=256, initial_lr=0.1, alpha=alpha, trigger=trigger, interval=2, window=1, delta=0.5
+        )
+    )
     seen = [ctl.batch]
     for e in range(20):
         old_lr = ctl.lr
         sw = ctl.end_epoch(e, 1.0 / (e + 1))
         if sw is not None:
             assert sw.new_batch == 2 * sw.old_batch
-            assert sw.new_lr == pytest.approx(old_lr * 2 ** alpha)
+            assert sw.new_lr == pytest.approx(old_lr * 2**alpha)
         seen.append(ctl.batch)
     assert all(b2 >= b1 for b1, b2 in zip(seen, seen[1:]))
     assert all(b <= 256 and (b // 16) & (b // 16 - 1) == 0 and b % 16 == 0 for b in seen)
@@ -33,14 +37,18 @@ def test_batch_grows_in_powers_of_two_up_to_the_cap_and_lr_scales(trigger, alpha
 
 
 def test_fixed_never_switches_and_plateau_waits_for_the_window():
-    fixed = BatchController(BatchSchedule(16, 256, 0.1))
+    fixed = BatchController(BatchSchedule(initial_batch=16, max_batch=256, initial_lr=0.1))
     assert all(fixed.end_epoch(e, 1.0) is None for e in range(5)) and fixed.batch == 16
-    plateau = BatchController(BatchSchedule(16, 256, 0.1, trigger="plateau", window=3, delta=0.5))
+    plateau = BatchController(
+        BatchSchedule(initial_batch=16, max_batch=256, initial_lr=0.1, trigger="plateau", window=3, delta=0.5)
+    )
     assert [plateau.end_epoch(e, 1.0) is None for e in range(4)] == [True, True, True, False]
 
 
 def test_warmup_ramps_from_old_to_new_rate():
-    ctl = BatchController(BatchSchedule(16, 32, 0.1, 1.0, "interval", interval=1, warmup_steps=4))
+    ctl = BatchController(
+        BatchSchedule(initial_batch=16, max_batch=32, initial_lr=0.1, alpha=1.0, trigger="interval", interval=1, warmup_steps=4)
+    )
     ctl.end_epoch(0, 1.0)
     ramp = [ctl.step_lr() for _ in range(6)]
     assert ramp == pytest.approx([0.125, 0.15, 0.175, 0.2, 0.2, 0.2])
@@ -48,7 +56,7 @@ def test_warmup_ramps_from_old_to_new_rate():
 
 @pytest.mark.parametrize("batch", [16, 48, 500])
 def test_every_sample_once_per_epoch_whatever_the_batch(batch):
-    ctl = BatchController(BatchSchedule(batch, batch, 0.1))
+    ctl = BatchController(BatchSchedule(initial_batch=batch, max_batch=batch, initial_lr=0.1))
     ids = [i for b in ctl.batches(1000, torch.Generator().manual_seed(0)) for i in b]
     assert sorted(ids) == list(range(1000))
 

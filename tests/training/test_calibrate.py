@@ -21,7 +21,7 @@ FACTOR = 4.0  # the stated agreement: predicted step time within a factor 4 of t
 
 
 def test_fit_alpha_beta_recovers_a_line():
-    pp = PingPong((100, 1000, 10000), (1e-5 + 100 * 2e-9, 1e-5 + 1000 * 2e-9, 1e-5 + 10000 * 2e-9))
+    pp = PingPong(sizes=(100, 1000, 10000), seconds=(1e-5 + 100 * 2e-9, 1e-5 + 1000 * 2e-9, 1e-5 + 10000 * 2e-9))
     net = fit_alpha_beta(pp)
     assert abs(net.alpha - 1e-5) < 1e-9 and abs(net.beta - 2e-9) < 1e-13
 
@@ -32,7 +32,7 @@ def test_data_parallel_prediction_within_a_factor_of_gloo():
     model = tiny_cnn()
     rate = flop_rate(model, torch.randn(job.micro_batch, 3, job.image, job.image))
     net = fit_alpha_beta(launch(pingpong_rank, 2, ((64, 4096, 65536, 262144), 5), timeout_s=300)[0])
-    plat = PlatformConstants(1e12, rate, net)
+    plat = PlatformConstants(memory_bytes=1e12, flops_per_s=rate, net=net)
     table = layer_table(model, torch.zeros(1, 3, job.image, job.image))
     pred = predict(table, "data", 2, job.micro_batch, 2 * job.micro_batch, plat)  # one iteration
     measured = max(launch(data_parallel_rank, 2, (job,), timeout_s=300))

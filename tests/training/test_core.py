@@ -87,9 +87,19 @@ def _job(topo: Topology, batch_norm: bool, tau: int, averaging: str, steps_epoch
         epochs.append(tuple(shards))
     plan = np.concatenate(plans).reshape(-1, topo.num_groups, topo.group_size, 8)
     lrs = np.linspace(0.05, 0.1, len(plan))
-    spec = ModelSpec(12, (16, 16), 4, batch_norm, seed=5)
-    job = GroupedJob(split.train.x.numpy(), y, spec, SGDConfig(0.05, 0.9, 5e-4), plan, lrs, tau, averaging,
-                     shards=tuple(epochs), steps_per_epoch=len(plans[0]))
+    spec = ModelSpec(in_features=12, hidden=(16, 16), num_classes=4, batch_norm=batch_norm, seed=5)
+    job = GroupedJob(
+        x=split.train.x.numpy(),
+        y=y,
+        model=spec,
+        sgd=SGDConfig(lr=0.05, momentum=0.9, weight_decay=5e-4),
+        plan=plan,
+        lrs=lrs,
+        tau=tau,
+        averaging=averaging,
+        shards=tuple(epochs),
+        steps_per_epoch=len(plans[0]),
+    )
     return split, spec, job
 
 
@@ -100,11 +110,14 @@ def _simulate(topo, spec, job, split):
     return bank, losses
 
 
-@pytest.mark.parametrize("topo,batch_norm,averaging", [
-    (Topology(1, 2), True, "flat"),
-    (Topology(2, 2), False, "sharded"),
-    (Topology(2, 2), False, "flat"),
-])
+@pytest.mark.parametrize(
+    "topo,batch_norm,averaging",
+    [
+        (Topology(num_groups=1, group_size=2), True, "flat"),
+        (Topology(num_groups=2, group_size=2), False, "sharded"),
+        (Topology(num_groups=2, group_size=2), False, "flat"),
+    ],
+)
 def test_simulator_equals_distributed_run(topo, batch_norm, averaging):
     split, spec, job = _job(topo, batch_norm, tau=3, averaging=averaging)
     reports = launch(grouped_sgd_rank, topo.workers, (job,), group_size=topo.group_size)
@@ -127,29 +140,40 @@ def test_simulator_equals_distributed_run(topo, batch_norm, averaging):
 
 def test_group_of_one_equals_synchronous_sgd_on_the_bank():
     """G = 1 with S workers is synchronous SGD: same as one worker whose batch is the S batches together."""
-    split, spec, job = _job(Topology(1, 2), False, tau=1, averaging="flat")
-    bank, _ = _simulate(Topology(1, 2), spec, job, split)
-    one = ReplicaBank(spec.build(), Topology(1, 1))
-    run_grouped(one, make_optimizer(one, job.sgd), split.train.x, split.train.y,
-                job.plan.reshape(len(job.plan), 1, 1, -1), job.lrs, 1)
+    split, spec, job = _job(Topology(num_groups=1, group_size=2), False, tau=1, averaging="flat")
+    bank, _ = _simulate(Topology(num_groups=1, group_size=2), spec, job, split)
+    one = ReplicaBank(spec.build(), Topology(num_groups=1, group_size=1))
+    run_grouped(
+        one, make_optimizer(one, job.sgd), split.train.x, split.train.y, job.plan.reshape(len(job.plan), 1, 1, -1), job.lrs, 1
+    )
     for a, b in zip(bank.group_state(0), one.group_state(0)):
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def test_tau_one_local_sgd_equals_synchronous_model_averaging():
     """S = 1, tau = 1 (plain SGD momentum kept local) vs G = 1: equal after the first step without momentum."""
-    split, spec, job = _job(Topology(2, 1), False, tau=1, averaging="flat")
-    job_nomom = GroupedJob(job.x, job.y, spec, SGDConfig(0.05, 0.0, 0.0), job.plan, job.lrs, 1)
-    local = ReplicaBank(spec.build(), Topology(2, 1))
+    split, spec, job = _job(Topology(num_groups=2, group_size=1), False, tau=1, averaging="flat")
+    job_nomom = GroupedJob(
+        x=job.x, y=job.y, model=spec, sgd=SGDConfig(lr=0.05, momentum=0.0, weight_decay=0.0), plan=job.plan, lrs=job.lrs, tau=1
+    )
+    local = ReplicaBank(spec.build(), Topology(num_groups=2, group_size=1))
     run_grouped(local, make_optimizer(local, job_nomom.sgd), split.train.x, split.train.y, job.plan, job.lrs, 1)
-    sync = ReplicaBank(spec.build(), Topology(1, 2))
-    run_grouped(sync, make_optimizer(sync, job_nomom.sgd), split.train.x, split.train.y,
-                job.plan.reshape(len(job.plan), 1, 2, -1), job.lrs, 1)
+    sync = ReplicaBank(spec.build(), Topology(num_groups=1, group_size=2))
+    run_grouped(
+        sync,
+        make_optimizer(sync, job_nomom.sgd),
+        split.train.x,
+        split.train.y,
+        job.plan.reshape(len(job.plan), 1, 2, -1),
+        job.lrs,
+        1,
+    )
     for a, b in zip(local.group_state(0), sync.group_state(0)):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 # --- data and shuffling ---------------------------------------------------------------------
+
 
 def test_indexed_dataset_returns_index_and_sample():
     ds = IndexedDataset(np.arange(12, dtype=np.float32).reshape(6, 2), np.arange(6))
@@ -189,8 +213,9 @@ def test_q_one_is_a_fresh_random_partition():
     labels = np.repeat(np.arange(4), 500)
     shards = shuffling.initial_shards(labels, 4, "skewed", seed=0)
     assert shuffling.label_spread(labels, shards, 4) > 0.7
-    spreads = [shuffling.label_spread(labels, shuffling.partial_exchange(shards, 1.0, np.random.default_rng(s))[0], 4)
-               for s in range(20)]
+    spreads = [
+        shuffling.label_spread(labels, shuffling.partial_exchange(shards, 1.0, np.random.default_rng(s))[0], 4) for s in range(20)
+    ]
     assert np.mean(spreads) < 0.05
     # and every sample's destination is uniform: the share staying home is about 1/M
     new, rec = shuffling.partial_exchange(shards, 1.0, np.random.default_rng(0))
@@ -205,6 +230,7 @@ def test_epoch_plan_visits_each_local_sample_once():
 
 
 # --- cost model -----------------------------------------------------------------------------
+
 
 def test_sharded_averaging_moves_fewer_bytes_than_flat_for_groups_of_two_or_more():
     net = Network()

@@ -16,8 +16,8 @@ SETUP = driver.LocalSGDSetup(n_samples=1200, n_features=10, n_informative=6, num
 
 
 def test_after_averaging_all_replicas_are_identical_and_spread_is_zero():
-    bank = ReplicaBank(build_template(5, (8,), 3, batch_norm=False, seed=0), Topology(3, 2))
-    opt = make_optimizer(bank, SGDConfig(0.1))
+    bank = ReplicaBank(build_template(5, (8,), 3, batch_norm=False, seed=0), Topology(num_groups=3, group_size=2))
+    opt = make_optimizer(bank, SGDConfig(lr=0.1))
     x = torch.randn(3, 2, 4, 5)
     y = torch.randint(0, 3, (3, 2, 4))
     train_step(bank, opt, x, y)
@@ -37,7 +37,7 @@ def test_configurations_cover_sync_local_and_groups():
 
 
 def test_comm_model_limits():
-    free = Network(0.0, 0.0)
+    free = Network(alpha=0.0, beta=0.0)
     assert driver.comm_per_iteration(1e6, 32, 2, 4, free) == 0.0
     net = Network()
     # sharded averaging never moves more bytes per process than a flat allreduce once groups have 2+ members
@@ -49,7 +49,7 @@ def test_comm_model_limits():
 
 
 def test_global_shuffle_plan_covers_each_epoch_once():
-    plan = driver.global_shuffle_plan(100, Topology(2, 2), 5, epochs=2, seed=0)
+    plan = driver.global_shuffle_plan(100, Topology(num_groups=2, group_size=2), 5, epochs=2, seed=0)
     assert plan.shape == (10, 2, 2, 5)
     for e in range(2):
         ids = plan[5 * e:5 * (e + 1)].ravel()
@@ -60,7 +60,7 @@ def test_group_of_one_reports_no_discrepancy_and_claims_have_all_keys():
     runs = driver.sweep(SETUP, [4], [2], [2], [0])
     assert {r.kind for r in runs} == {"sync", "hierarchical", "local"}
     assert next(r for r in runs if r.groups == 1).discrepancy == 0.0
-    check = driver.GlooCheck(0.0, 0)
+    check = driver.GlooCheck(max_abs_param_diff=0.0, averaging_bytes_per_rank=0)
     vals = driver.claims(runs, 2, 2, Network(), check)
     assert set(vals) == {"localsgd_degrades", "hier_closer", "hier_vs_sync", "discrepancy_ranks",
                          "averaging_bytes_saving", "comm_time_saving", "gloo_matches_simulator"}

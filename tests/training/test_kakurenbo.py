@@ -57,7 +57,9 @@ def test_hidden_count_bound_and_move_back_rule(split):
 
 def test_visible_sampler_yields_each_visible_id_once():
     state = hiding.HidingState(50)
-    state.update(SampleStats(np.arange(50), np.linspace(0, 1, 50), np.ones(50, bool), np.full(50, 0.9)), 0)
+    state.update(
+        SampleStats(index=np.arange(50), loss=np.linspace(0, 1, 50), correct=np.ones(50, bool), confidence=np.full(50, 0.9)), 0
+    )
     sel = state.select(0.2)
     ids = list(hiding.visible_sampler(sel, torch.Generator().manual_seed(0)))
     assert sorted(ids) == sel.visible.tolist() and len(sel.hidden) == 10 and sel.hidden.tolist() == list(range(10))
@@ -65,8 +67,15 @@ def test_visible_sampler_yields_each_visible_id_once():
 
 def test_move_back_returns_uncertain_or_wrong_candidates():
     state = hiding.HidingState(6, threshold=0.7)
-    state.update(SampleStats(np.arange(6), np.array([0.1, 0.2, 0.3, 5, 6, 7.0]),
-                             np.array([True, False, True, True, True, True]), np.array([0.9, 0.9, 0.5, 1, 1, 1.0])), 0)
+    state.update(
+        SampleStats(
+            index=np.arange(6),
+            loss=np.array([0.1, 0.2, 0.3, 5, 6, 7.0]),
+            correct=np.array([True, False, True, True, True, True]),
+            confidence=np.array([0.9, 0.9, 0.5, 1, 1, 1.0]),
+        ),
+        0,
+    )
     sel = state.select(0.5)
     assert sel.candidates == 3 and sel.hidden.tolist() == [0] and sel.moved_back == 2
     assert hiding.HidingState(6, move_back=False).select(0.5).candidates == 3
@@ -132,7 +141,7 @@ def _allreduce_stats(ctx, n):
     state = hiding.HidingState(n)
     mine = np.arange(ctx.rank, n, 2)  # each rank trained half the samples; the rest stay zero
     state.loss[:] = 0.0
-    state.update(SampleStats(mine, mine * 0.5, mine % 3 == 0, mine / n), 0)
+    state.update(SampleStats(index=mine, loss=mine * 0.5, correct=mine % 3 == 0, confidence=mine / n), 0)
     state.allreduce()
     return state.loss, state.correct, state.confidence
 
@@ -150,6 +159,12 @@ def test_stats_allreduce_across_ranks():
 def test_claims_cover_the_registry(split):
     runs = driver.sweep(replace(SETUP, epochs=3), [0])
     vals = driver.claims(runs)
-    assert set(vals) == {"time_reduction", "backward_reduction", "accuracy_drop", "iswr_gap", "moveback_gain",
-                         "importance_vs_random"}
+    assert set(vals) == {
+        "time_reduction",
+        "backward_reduction",
+        "accuracy_drop",
+        "iswr_gap",
+        "moveback_gain",
+        "importance_vs_random",
+    }
     assert all(len(v) == 1 and np.isfinite(v[0]) for v in vals.values())

@@ -53,7 +53,10 @@ def test_accountant_and_swapped_bytes_agree():
 
 def _blocks(f, b, a, i=None, w=0):
     i = i or [0] * len(f)
-    return [BlockProfile(fs, bs, ab, ib, w) for fs, bs, ab, ib in zip(f, b, a, i)]
+    return [
+        BlockProfile(forward_s=fs, backward_s=bs, activation_bytes=ab, input_bytes=ib, weight_bytes=w)
+        for fs, bs, ab, ib in zip(f, b, a, i)
+    ]
 
 
 def test_two_stream_makespan_by_hand():

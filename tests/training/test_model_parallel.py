@@ -16,7 +16,7 @@ from repro.training.overlap import vgg_mini
 def test_every_strategy_gives_the_serial_gradients():
     torch.manual_seed(0)
     model = vgg_mini(10, 16, 64)
-    job = StrategyJob(model, 64, 4, STRATEGIES, steps=1, warmup=0, seed=3)
+    job = StrategyJob(model=model, image=64, micro_batch=4, strategies=STRATEGIES, steps=1, warmup=0, seed=3)
     per_rank = launch(gradients_rank, 2, (job,), timeout_s=300)
     for s in STRATEGIES:
         x, y = serial_batch(job, s, 2)
@@ -29,7 +29,7 @@ def test_every_strategy_gives_the_serial_gradients():
 
 
 def test_data_parallel_batch_is_both_ranks_samples_and_model_parallel_batch_is_one():
-    job = StrategyJob(vgg_mini(10, 16, 64), 64, 4, STRATEGIES, steps=1, warmup=0)
+    job = StrategyJob(model=vgg_mini(10, 16, 64), image=64, micro_batch=4, strategies=STRATEGIES, steps=1, warmup=0)
     assert len(serial_batch(job, "data", 2)[0]) == 8
     assert len(serial_batch(job, "filter", 2)[0]) == 4
 

@@ -12,7 +12,7 @@ from repro.training.cost import Network
 from repro.training.layertable import LayerRow, layer_table
 from repro.training.oracle import PlatformConstants, largest_micro_batch, predict, split_stages
 
-PLAT = PlatformConstants(1e9, 1e9, Network(alpha=1e-3, beta=1e-6), bytes_per_value=4)
+PLAT = PlatformConstants(memory_bytes=1e9, flops_per_s=1e9, net=Network(alpha=1e-3, beta=1e-6), bytes_per_value=4)
 
 
 def _table():
@@ -70,7 +70,10 @@ def test_filter_channel_by_hand_and_hybrids():
 
 
 def test_pipeline_stages_and_one_stage():
-    rows = [LayerRow(str(i), "Linear", (4,), (4,), (4, 4), 20, fl) for i, fl in enumerate([1, 1, 4, 1, 1])]
+    rows = [
+        LayerRow(name=str(i), kind="Linear", in_shape=(4,), out_shape=(4,), weight_shape=(4, 4), params=20, flops=fl)
+        for i, fl in enumerate([1, 1, 4, 1, 1])
+    ]
     stages = split_stages(rows, 3)
     assert len(stages) == 3 and sum(len(s) for s in stages) == 5
     assert [len(s) for s in split_stages(rows, 9)] == [1] * 5
@@ -96,8 +99,8 @@ def test_largest_micro_batch_is_the_largest_fitting_power_of_two():
     acts = sum(r.in_elements + r.out_elements for r in t if r.flops > 0)
     w = sum(r.params for r in t)
     mem = lambda b: 2 * (b * acts + w) * 4  # noqa: E731
-    plat = PlatformConstants(mem(12), 1e9, PLAT.net)
+    plat = PlatformConstants(memory_bytes=mem(12), flops_per_s=1e9, net=PLAT.net)
     assert largest_micro_batch(t, "data", 4, plat) == 8
     assert largest_micro_batch(t, "data", 4, plat, cap=4) == 4
-    assert largest_micro_batch(t, "data", 4, PlatformConstants(mem(1) - 1, 1e9, PLAT.net)) == 0
+    assert largest_micro_batch(t, "data", 4, PlatformConstants(memory_bytes=mem(1) - 1, flops_per_s=1e9, net=PLAT.net)) == 0
     assert largest_micro_batch(t, "spatial", 2, plat) == 16  # activations halved

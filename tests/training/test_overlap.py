@@ -53,7 +53,7 @@ def test_every_async_handle_is_waited_before_the_step():
 
 @pytest.mark.parametrize("layers", [vgg_a_layers(), conv_heavy_layers()], ids=["vgg", "conv"])
 def test_iteration_model_invariants(layers):
-    free = Platform(net=Network(0.0, 0.0))
+    free = Platform(net=Network(alpha=0.0, beta=0.0))
     for p in (2, 8, 128):
         assert speedup(layers, p, 256, free, True) == pytest.approx(p)
     plat = Platform()

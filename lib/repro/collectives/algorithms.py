@@ -12,7 +12,7 @@ from repro.collectives import cost as cm
 from repro.hpc.ir import Schedule
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Algorithm:
     """One collective algorithm.
 
@@ -41,22 +41,22 @@ class Algorithm:
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a
     for a in [
-        Algorithm("ring", "allreduce", ar.ring, cm.ring_cost),
-        Algorithm("recursive_doubling", "allreduce", ar.recursive_doubling, cm.recursive_doubling_cost),
-        Algorithm("rabenseifner", "allreduce", ar.rabenseifner, cm.rabenseifner_cost),
-        Algorithm("binomial", "allreduce", ar.binomial, cm.binomial_cost),
-        Algorithm("lr_lr", "allreduce", ar.lr_lr, cm.lr_lr_cost, ("k",)),
-        Algorithm("lr_rab", "allreduce", ar.lr_rab, cm.lr_rab_cost, ("k",)),
-        Algorithm("lr_lr_pipe", "allreduce", ar.lr_lr_pipe, cm.lr_lr_pipe_cost, ("k", "segments")),
-        Algorithm("linear", "alltoall", a2a.linear, cm.linear_a2a_cost),
-        Algorithm("pairwise", "alltoall", a2a.pairwise, cm.pairwise_cost),
-        Algorithm("bruck", "alltoall", a2a.bruck, cm.bruck_cost),
-        Algorithm("two_phase", "alltoall", a2a.two_phase,
-                  lambda p, m, alpha, beta, gamma=0.0, rows=None: cm.two_dim_cost(
-                      p, m, alpha, beta, gamma, rows=rows, striped=False), ("rows",)),
-        Algorithm("2dfc", "alltoall", a2a.two_dim_fc,
-                  lambda p, m, alpha, beta, gamma=0.0, rows=None: cm.two_dim_cost(
-                      p, m, alpha, beta, gamma, rows=rows, striped=True), ("rows",)),
+        Algorithm(name="ring", kind="allreduce", build=ar.ring, cost=cm.ring_cost),
+        Algorithm(name="recursive_doubling", kind="allreduce", build=ar.recursive_doubling, cost=cm.recursive_doubling_cost),
+        Algorithm(name="rabenseifner", kind="allreduce", build=ar.rabenseifner, cost=cm.rabenseifner_cost),
+        Algorithm(name="binomial", kind="allreduce", build=ar.binomial, cost=cm.binomial_cost),
+        Algorithm(name="lr_lr", kind="allreduce", build=ar.lr_lr, cost=cm.lr_lr_cost, params=("k",)),
+        Algorithm(name="lr_rab", kind="allreduce", build=ar.lr_rab, cost=cm.lr_rab_cost, params=("k",)),
+        Algorithm(name="lr_lr_pipe", kind="allreduce", build=ar.lr_lr_pipe, cost=cm.lr_lr_pipe_cost, params=("k", "segments")),
+        Algorithm(name="linear", kind="alltoall", build=a2a.linear, cost=cm.linear_a2a_cost),
+        Algorithm(name="pairwise", kind="alltoall", build=a2a.pairwise, cost=cm.pairwise_cost),
+        Algorithm(name="bruck", kind="alltoall", build=a2a.bruck, cost=cm.bruck_cost),
+        Algorithm(name="two_phase", kind="alltoall", build=a2a.two_phase,
+                  cost=lambda p, m, alpha, beta, gamma=0.0, rows=None: cm.two_dim_cost(
+                      p, m, alpha, beta, gamma, rows=rows, striped=False), params=("rows",)),
+        Algorithm(name="2dfc", kind="alltoall", build=a2a.two_dim_fc,
+                  cost=lambda p, m, alpha, beta, gamma=0.0, rows=None: cm.two_dim_cost(
+                      p, m, alpha, beta, gamma, rows=rows, striped=True), params=("rows",)),
     ]
 }
 """All algorithms by name.  Aliases: ``lr`` = ring, ``rdb``, ``rab``."""

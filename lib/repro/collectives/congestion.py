@@ -110,7 +110,7 @@ def link_bytes_on_platform(schedule: Schedule, platform: Platform, itemsize: int
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LinkPower:
     """Peak power (W) of one directed link of a class, and its idle share of the peak."""
 

@@ -398,7 +398,7 @@ def fec_latency_ns(code: str, lane_gbps: float, decode_ns: float) -> float:
     return bits[code] / lane_gbps + decode_ns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HopLatency:
     """Latency of one link hop: wire, FEC at the receiver and the switch pipeline.
 

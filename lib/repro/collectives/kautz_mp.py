@@ -76,7 +76,7 @@ def _empty_rows(p: int, nsteps: int) -> list[list[dict[str, list]]]:
 
 
 def _freeze(rows: list[list[dict[str, list]]]) -> tuple[tuple[Step, ...], ...]:
-    return tuple(tuple(Step(r, s, tuple(o["copies"]), tuple(o["sends"]), tuple(o["recvs"]))
+    return tuple(tuple(Step(rank=r, index=s, copies=tuple(o["copies"]), sends=tuple(o["sends"]), recvs=tuple(o["recvs"]))
                        for r, o in enumerate(row)) for s, row in enumerate(rows))
 
 
@@ -85,14 +85,14 @@ def _gather_steps(rows: list[list[dict[str, list]]], first: int, succ: list[list
     """Two allgather steps from ``first``: node ``u``'s data is block ``block_of[u]``."""
     for u, outs in enumerate(succ):
         for w in outs:
-            rows[first][u]["sends"].append(Send(w, (block_of[u],)))
-            rows[first][w]["recvs"].append(Recv(u, (block_of[u],), COPY))
+            rows[first][u]["sends"].append(Send(peer=w, blocks=(block_of[u],)))
+            rows[first][w]["recvs"].append(Recv(peer=u, blocks=(block_of[u],), op=COPY))
     for w, outs in enumerate(succ):
         for v in outs:
             blocks = tuple(block_of[u] for u in pred[w] if u != v)
             if blocks:
-                rows[first + 1][w]["sends"].append(Send(v, blocks))
-                rows[first + 1][v]["recvs"].append(Recv(w, blocks, COPY))
+                rows[first + 1][w]["sends"].append(Send(peer=v, blocks=blocks))
+                rows[first + 1][v]["recvs"].append(Recv(peer=w, blocks=blocks, op=COPY))
 
 
 def _reduce_scatter_steps(rows: list[list[dict[str, list]]], first: int, succ: list[list[int]]) -> None:
@@ -101,12 +101,12 @@ def _reduce_scatter_steps(rows: list[list[dict[str, list]]], first: int, succ: l
         for w in outs:
             blocks = tuple(v for v in succ[w] if v != u)
             if blocks:
-                rows[first][u]["sends"].append(Send(w, blocks))
-                rows[first][w]["recvs"].append(Recv(u, blocks, SUM))
+                rows[first][u]["sends"].append(Send(peer=w, blocks=blocks))
+                rows[first][w]["recvs"].append(Recv(peer=u, blocks=blocks, op=SUM))
     for w, outs in enumerate(succ):
         for v in outs:
-            rows[first + 1][w]["sends"].append(Send(v, (v,)))
-            rows[first + 1][v]["recvs"].append(Recv(w, (v,), SUM))
+            rows[first + 1][w]["sends"].append(Send(peer=v, blocks=(v,)))
+            rows[first + 1][v]["recvs"].append(Recv(peer=w, blocks=(v,), op=SUM))
 
 
 def kautz_allgather(d: int, m: int) -> Schedule:
@@ -130,7 +130,7 @@ def kautz_allgather(d: int, m: int) -> Schedule:
     n, succ, pred = _neighbours(d)
     rows = _empty_rows(n, 2)
     for r in range(n):
-        rows[0][r]["copies"].append(Copy((n,), (r,)))
+        rows[0][r]["copies"].append(Copy(src=(n,), dst=(r,)))
     _gather_steps(rows, 0, succ, pred, list(range(n)))
     return Schedule(name="kautz_allgather", kind="allgather", p=n, n=m, block_lengths=tuple([m] * (n + 1)),
                     input_blocks=(n,), output_blocks=tuple(range(n)), steps=_freeze(rows), params={"d": d})

@@ -68,9 +68,9 @@ def trace_schedule(name: str, p: int, steps: Sequence[Sequence[Msg]]) -> Schedul
                 raise ValueError(f"{name}: bad message {src}->{dst} for p={p}")
             b = len(lengths)
             lengths.append(int(nbytes))
-            sends[src].append(Send(dst, (b,)))
-            recvs[dst].append(Recv(src, (b,)))
-        rows.append(tuple(Step(r, s, (), tuple(sends[r]), tuple(recvs[r])) for r in range(p)))
+            sends[src].append(Send(peer=dst, blocks=(b,)))
+            recvs[dst].append(Recv(peer=src, blocks=(b,)))
+        rows.append(tuple(Step(rank=r, index=s, copies=(), sends=tuple(sends[r]), recvs=tuple(recvs[r])) for r in range(p)))
     return Schedule(name=name, kind="trace", p=p, n=sum(lengths), block_lengths=tuple(lengths), input_blocks=(),
                     output_blocks=(), steps=tuple(rows), params={})
 
@@ -195,7 +195,7 @@ def lu_steps(p: int, n: int = 64) -> list[list[Msg]]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Kernel:
     """One NPB-like kernel at class A.
 
@@ -220,18 +220,53 @@ class Kernel:
     structure: str
 
 
-KERNELS: dict[str, Kernel] = {k.name: k for k in [
-    Kernel("EP", 1, 2 ** 28 * 40.0, ep_steps, "2^28 Gaussian pairs, ~40 operations each; one allreduce at the end"),
-    Kernel("CG", 15 * 25, 15 * 25 * (2 * 14000 * 12 * 12 + 10 * 14000.0), cg_steps,
-           "na = 14000, 12 x 12 nonzeros per row block; 375 inner iterations of a matvec and two dot products"),
-    Kernel("MG", 4, 4 * 58.0 * 256 ** 3 * 8 / 7, mg_steps,
-           "256^3 grid, 4 V-cycles over 8 levels, ~58 operations per point and level"),
-    Kernel("FT", 6, 6 * 5.0 * 256 * 256 * 128 * math.log2(256 * 256 * 128), ft_steps,
-           "256 x 256 x 128 complex grid, 6 iterations of an FFT (5 N log2 N) and one transpose"),
-    Kernel("IS", 10, 10 * 10.0 * 2 ** 23, is_steps, "2^23 keys, 10 rankings of ~10 operations per key"),
-    Kernel("LU", 250, 250 * 1200.0 * 64 ** 3, lu_steps,
-           "64^3 grid, 250 SSOR iterations of two wavefront sweeps (~1200 operations per point)"),
-]}
+KERNELS: dict[str, Kernel] = {
+    k.name: k
+    for k in [
+        Kernel(
+            name="EP",
+            iterations=1,
+            flops=2**28 * 40.0,
+            steps=ep_steps,
+            structure="2^28 Gaussian pairs, ~40 operations each; one allreduce at the end",
+        ),
+        Kernel(
+            name="CG",
+            iterations=15 * 25,
+            flops=15 * 25 * (2 * 14000 * 12 * 12 + 10 * 14000.0),
+            steps=cg_steps,
+            structure="na = 14000, 12 x 12 nonzeros per row block; 375 inner iterations of a matvec and two dot products",
+        ),
+        Kernel(
+            name="MG",
+            iterations=4,
+            flops=4 * 58.0 * 256**3 * 8 / 7,
+            steps=mg_steps,
+            structure="256^3 grid, 4 V-cycles over 8 levels, ~58 operations per point and level",
+        ),
+        Kernel(
+            name="FT",
+            iterations=6,
+            flops=6 * 5.0 * 256 * 256 * 128 * math.log2(256 * 256 * 128),
+            steps=ft_steps,
+            structure="256 x 256 x 128 complex grid, 6 iterations of an FFT (5 N log2 N) and one transpose",
+        ),
+        Kernel(
+            name="IS",
+            iterations=10,
+            flops=10 * 10.0 * 2**23,
+            steps=is_steps,
+            structure="2^23 keys, 10 rankings of ~10 operations per key",
+        ),
+        Kernel(
+            name="LU",
+            iterations=250,
+            flops=250 * 1200.0 * 64**3,
+            steps=lu_steps,
+            structure="64^3 grid, 250 SSOR iterations of two wavefront sweeps (~1200 operations per point)",
+        ),
+    ]
+}
 
 
 def kernel_schedule(name: str, p: int) -> Schedule:
@@ -243,8 +278,9 @@ def kernel_schedule(name: str, p: int) -> Schedule:
     return trace_schedule(name, p, KERNELS[name].steps(p))
 
 
-def fec_fat_tree(p: int, hosts_per_leaf: int, spines: int, link_gbps: float, wire_ns: float, switch_ns: float,
-                 fec_ns: float) -> Platform:
+def fec_fat_tree(
+    p: int, hosts_per_leaf: int, spines: int, link_gbps: float, wire_ns: float, switch_ns: float, fec_ns: float
+) -> Platform:
     """Two-level fat tree where every hop pays wire + FEC decode, and every switch its pipeline.
 
     Links into a switch (host->leaf, leaf->spine, spine->leaf) carry

@@ -23,7 +23,7 @@ from repro.hpc.ir import COPY, SUM, Copy, Recv, Schedule, Send, Step, validate
 Chunk = tuple[int, ...]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Ops:
     """Mutable operations of one rank in one step (see :class:`Step`)."""
 
@@ -55,13 +55,13 @@ def transfer(phase: Phase, step: int, src: int, dst: int, src_blocks: Sequence[i
     ``dst_blocks`` defaults to ``src_blocks`` (same block ids on both sides).
     """
     dst_blocks = src_blocks if dst_blocks is None else dst_blocks
-    _ops(phase, step, src).sends.append(Send(dst, tuple(src_blocks)))
-    _ops(phase, step, dst).recvs.append(Recv(src, tuple(dst_blocks), op))
+    _ops(phase, step, src).sends.append(Send(peer=dst, blocks=tuple(src_blocks)))
+    _ops(phase, step, dst).recvs.append(Recv(peer=src, blocks=tuple(dst_blocks), op=op))
 
 
 def local_copy(phase: Phase, step: int, rank: int, src: Sequence[int], dst: Sequence[int]) -> None:
     """Add a local copy at ``rank`` in ``step``."""
-    _ops(phase, step, rank).copies.append(Copy(tuple(src), tuple(dst)))
+    _ops(phase, step, rank).copies.append(Copy(src=tuple(src), dst=tuple(dst)))
 
 
 def flatten(chunks: Sequence[Chunk]) -> Chunk:
@@ -115,7 +115,7 @@ def finalize(phase: Phase, *, name: str, kind: str, p: int, n: int,
         row = []
         for r in range(p):
             o = step.get(r, Ops())
-            row.append(Step(r, s, tuple(o.copies), tuple(o.sends), tuple(o.recvs)))
+            row.append(Step(rank=r, index=s, copies=tuple(o.copies), sends=tuple(o.sends), recvs=tuple(o.recvs)))
         rows.append(tuple(row))
     sched = Schedule(name=name, kind=kind, p=p, n=n, block_lengths=tuple(int(x) for x in block_lengths),
                      input_blocks=tuple(input_blocks), output_blocks=tuple(output_blocks),

@@ -51,7 +51,7 @@ def prefers_dense(nnz: int, length: int) -> bool:
     return nnz * (INDEX_BYTES + VALUE_BYTES) >= length * VALUE_BYTES
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Segment:
     """Values of the index range ``[lo, hi)`` in dense or sparse form.
 
@@ -110,8 +110,8 @@ def from_pairs(lo: int, hi: int, idx: np.ndarray, val: np.ndarray, force_dense: 
     if force_dense or prefers_dense(idx.size, hi - lo):
         dense = np.zeros(hi - lo, dtype=DTYPE)
         dense[idx - lo] = val
-        return Segment(lo, hi, dense=dense)
-    return Segment(lo, hi, idx=idx, val=val)
+        return Segment(lo=lo, hi=hi, dense=dense)
+    return Segment(lo=lo, hi=hi, idx=idx, val=val)
 
 
 def from_dense(lo: int, values: np.ndarray, force_dense: bool = False) -> Segment:

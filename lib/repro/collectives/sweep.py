@@ -31,7 +31,7 @@ ELEMENT_BYTES = 4
 PlatformKey = tuple[str, tuple[tuple[str, Any], ...]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Point:
     """One (platform, algorithm, size) point of a sweep.
 

@@ -56,7 +56,7 @@ KEYWORD_CLASSES = ("tone", "chirp_up", "chirp_down", "am", "fm", "two_tone", "no
 """The eight synthetic 'keywords' (FedAudio's Speech Commands substituted by generated sounds)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Speaker:
     """A client's voice: pitch and speed factors and a timbre (weight of the second harmonic)."""
 
@@ -68,7 +68,7 @@ class Speaker:
     def draw(cls, seed: int) -> Speaker:
         """A random speaker (pitch 0.8-1.25x, speed 0.85-1.15x, timbre 0-0.6)."""
         rng = np.random.default_rng(seed)
-        return cls(float(rng.uniform(0.8, 1.25)), float(rng.uniform(0.85, 1.15)), float(rng.uniform(0.0, 0.6)))
+        return cls(pitch=float(rng.uniform(0.8, 1.25)), speed=float(rng.uniform(0.85, 1.15)), timbre=float(rng.uniform(0.0, 0.6)))
 
 
 def keyword_clip(label: int, speaker: Speaker, seed: int, sample_rate: int = 8000, seconds: float = 0.5) -> np.ndarray:

@@ -49,7 +49,7 @@ DataFn = Callable[[TaskSpec, int], tuple[np.ndarray, np.ndarray]]
 RunConfig = Mapping[str, "int | float | str | bool"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalSGD:
     """Clients' local training settings."""
 
@@ -72,7 +72,7 @@ def client_seed(seed_of_round: int, partition_id: int) -> int:
     return int(np.random.SeedSequence([seed_of_round, partition_id]).generate_state(1)[0])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalSettings:
     """One client's local-training settings for one round.
 
@@ -231,7 +231,7 @@ def train_locally(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, settings
 
 
 # ----- one client round: prologue and epilogue ------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClientRound:
     """What a train handler starts a round with (:func:`begin_round`).
 
@@ -282,11 +282,20 @@ def begin_round(spec: TaskSpec, msg: Message, context: Context, data: DataFn = c
         set_weights(model, {k: from_array(local[k]) for k in missing})
     set_weights(model, {k: v for k, v in received.items() if k in names})
     x, y = data(spec, pid)
-    return ClientRound(pid, cfg, received, model, x, y, LocalSettings.read(cfg, context, pid))
+    return ClientRound(
+        partition_id=pid,
+        config=cfg,
+        received=received,
+        model=model,
+        x=x,
+        y=y,
+        settings=LocalSettings.read(cfg, context, pid),
+    )
 
 
-def own_model_round(model: torch.nn.Module, msg: Message, context: Context,
-                    data: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> ClientRound:
+def own_model_round(
+    model: torch.nn.Module, msg: Message, context: Context, data: Callable[[int], tuple[np.ndarray, np.ndarray]]
+) -> ClientRound:
     """:func:`begin_round` for a handler that brings its own model (not one built from a ``TaskSpec``).
 
     Every received array is loaded into ``model`` (the server sends the
@@ -298,11 +307,18 @@ def own_model_round(model: torch.nn.Module, msg: Message, context: Context,
     received = from_arrayrecord(msg.content["arrays"])
     set_weights(model, received)
     x, y = data(pid)
-    return ClientRound(pid, cfg, received, model, x, y, LocalSettings.read(cfg, context, pid))
+    return ClientRound(
+        partition_id=pid, config=cfg, received=received, model=model, x=x, y=y, settings=LocalSettings.read(cfg, context, pid)
+    )
 
 
-def finish_round(msg: Message, rnd: ClientRound, arrays: dict[str, np.ndarray] | ArrayRecord, loss: float,
-                 metrics: Mapping[str, int | float] | None = None) -> Message:
+def finish_round(
+    msg: Message,
+    rnd: ClientRound,
+    arrays: dict[str, np.ndarray] | ArrayRecord,
+    loss: float,
+    metrics: Mapping[str, int | float] | None = None,
+) -> Message:
     """The epilogue of every train handler: reply with ``arrays``, the sample count, the loss and ``metrics``."""
     content = {"num-examples": len(rnd.y), "train-loss": loss, "partition-id": rnd.partition_id, **(metrics or {})}
     record = arrays if isinstance(arrays, ArrayRecord) else to_arrayrecord(arrays)
@@ -329,8 +345,7 @@ def evaluate_shared(spec: TaskSpec, msg: Message, context: Context) -> Message:
     set_weights(model, from_arrayrecord(msg.content["arrays"]))
     x, y = client_data(spec, pid)
     m = evaluate_on(model, x, y)
-    return Message(RecordDict({"metrics": MetricRecord({**m, "num-examples": len(y), "partition-id": pid})}),
-                   reply_to=msg)
+    return Message(RecordDict({"metrics": MetricRecord({**m, "num-examples": len(y), "partition-id": pid})}), reply_to=msg)
 
 
 def make_client_app(spec: TaskSpec, run_config: RunConfig | None = None) -> ClientApp:
@@ -349,8 +364,11 @@ def make_client_app(spec: TaskSpec, run_config: RunConfig | None = None) -> Clie
         Defaults for Flower's run config (``seed``, and local settings a
         strategy may not send), see :func:`client_app_with`.
     """
-    return client_app_with(lambda msg, context: train_shared(spec, msg, context), run_config,
-                           evaluate_fn=lambda msg, context: evaluate_shared(spec, msg, context))
+    return client_app_with(
+        lambda msg, context: train_shared(spec, msg, context),
+        run_config,
+        evaluate_fn=lambda msg, context: evaluate_shared(spec, msg, context),
+    )
 
 
 def run_config_mod(defaults: RunConfig) -> Callable[[Message, Context, Callable], Message]:
@@ -360,17 +378,26 @@ def run_config_mod(defaults: RunConfig) -> Callable[[Message, Context, Callable]
     a context with the fused run config that shares the node's ``state``
     (what they store there persists).
     """
+
     def mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
-        fused = Context(run_id=context.run_id, node_id=context.node_id, node_config=context.node_config,
-                        state=context.state, run_config={**defaults, **context.run_config},
-                        series_id=context.series_id)
+        fused = Context(
+            run_id=context.run_id,
+            node_id=context.node_id,
+            node_config=context.node_config,
+            state=context.state,
+            run_config={**defaults, **context.run_config},
+            series_id=context.series_id,
+        )
         return call_next(msg, fused)
 
     return mod
 
 
-def client_app_with(train_fn: Callable[[Message, Context], Message], run_config: RunConfig | None = None,
-                    evaluate_fn: Callable[[Message, Context], Message] | None = None) -> ClientApp:
+def client_app_with(
+    train_fn: Callable[[Message, Context], Message],
+    run_config: RunConfig | None = None,
+    evaluate_fn: Callable[[Message, Context], Message] | None = None,
+) -> ClientApp:
     """A ``ClientApp`` answering ``train`` with ``train_fn`` and ``query`` with its partition id.
 
     The shared pieces of every client of the book; chapters whose clients
@@ -395,6 +422,7 @@ def client_app_with(train_fn: Callable[[Message, Context], Message], run_config:
         return train_fn(msg, context)
 
     if evaluate_fn is not None:
+
         @app.evaluate()
         def evaluate(msg: Message, context: Context) -> Message:
             return evaluate_fn(msg, context)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CommLedger:
     """Counts the scalars each layer moves, per round and in total.
 

@@ -120,7 +120,7 @@ class InProcessGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class History:
     """What a federated run produced."""
 
@@ -324,7 +324,7 @@ BUDGET_EVALUATIONS = 3
 """Evaluations averaged into a run's accuracy at the budget (less sensitive to the last round's clients)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunSummary:
     """What the chapters tabulate of one run.
 

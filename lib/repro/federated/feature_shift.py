@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImageShift:
     """One group's transform ``clip(contrast * x + brightness, lo, hi)``, then a shift by ``(dy, dx)`` pixels.
 
@@ -67,6 +67,12 @@ def draw_shifts(groups: int, seed: int, contrast: tuple[float, float] = (0.6, 1.
     rng = np.random.default_rng(seed)
     out = [ImageShift()]
     for _ in range(groups - 1):
-        out.append(ImageShift(float(rng.uniform(*contrast)), float(rng.uniform(*brightness)),
-                              int(rng.integers(-max_pixels, max_pixels + 1)), int(rng.integers(-max_pixels, max_pixels + 1))))
+        out.append(
+            ImageShift(
+                contrast=float(rng.uniform(*contrast)),
+                brightness=float(rng.uniform(*brightness)),
+                dy=int(rng.integers(-max_pixels, max_pixels + 1)),
+                dx=int(rng.integers(-max_pixels, max_pixels + 1)),
+            )
+        )
     return tuple(out)

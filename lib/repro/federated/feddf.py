@@ -23,7 +23,7 @@ from repro.devices import resolve_device
 from repro.federated.kd import kd_loss
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalSplit:
     """Indices of a client's labelled and unlabelled samples."""
 
@@ -38,7 +38,7 @@ def labelled_split(num_samples: int, labelled_share: float, seed: int) -> LocalS
     order = np.random.default_rng(seed).permutation(num_samples)
     k = int(round(labelled_share * num_samples))
     k = max(k, 1) if labelled_share > 0 and num_samples else k
-    return LocalSplit(np.sort(order[:k]), np.sort(order[k:]))
+    return LocalSplit(labelled=np.sort(order[:k]), unlabelled=np.sort(order[k:]))
 
 
 def ensemble_logits(models: Sequence[torch.nn.Module]) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -79,7 +79,7 @@ def client_prefix(partition_id: int) -> str:
     return f"client{partition_id}."
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GktTask:
     """The task and FedGKT's two models on it.
 
@@ -218,7 +218,7 @@ def make_fedgkt_client_app(task: GktTask, run_config: RunConfig | None = None) -
 
 
 # ----- the server ---------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Received:
     """What the server trains on in one round: every client's samples, concatenated in partition order.
 
@@ -361,7 +361,8 @@ class FedGKT(SeededFedAvg):
         replies = ordered_replies(server_round, replies)  # the server trains on every client's samples or on none
         pids = [partition_of(m) for m in replies]
         received = [from_arrayrecord(m.content["arrays"]) for m in replies]
-        data = Received(*(np.concatenate([r[k] for r in received]) for k in (FEATURES_KEY, LABELS_KEY, LOGITS_KEY)))
+        joined = {k: np.concatenate([r[k] for r in received]) for k in (FEATURES_KEY, LABELS_KEY, LOGITS_KEY)}
+        data = Received(features=joined[FEATURES_KEY], labels=joined[LABELS_KEY], logits=joined[LOGITS_KEY])
         self.server_losses[server_round] = train_server(
             self.server, data, self.server_epochs, float(self.local["lr"]), int(self.local["batch-size"]),
             self.temperature, self.kd_weight, seed=int(np.random.SeedSequence([self.seed, server_round]).generate_state(1)[0]))
@@ -390,5 +391,5 @@ class FedGKT(SeededFedAvg):
             down += [f"{pid}/{k}" for k in self.sent.get(pid, [])]
             up += [f"{pid}/{k}" for k in (FEATURES_KEY, LABELS_KEY, LOGITS_KEY)]
         if self.comm is None:
-            self.comm = CommLedger(sizes)
+            self.comm = CommLedger(sizes=sizes)
         self.comm.record(server_round, down, up, 1)

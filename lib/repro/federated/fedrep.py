@@ -108,7 +108,9 @@ def train_fedrep(spec: TaskSpec, msg: Message, context: Context, data: DataFn = 
             p.requires_grad_(k in head)
         if head_steps > 0:
             s = rnd.settings
-            head_fit = LocalSettings(head_steps, s.batch_size, s.lr, s.momentum, s.seed + 1, s.device)
+            head_fit = LocalSettings(
+                steps=head_steps, batch_size=s.batch_size, lr=s.lr, momentum=s.momentum, seed=s.seed + 1, device=s.device
+            )
             train_locally(rnd.model, rnd.x, rnd.y, head_fit)
         for k, p in params.items():
             p.requires_grad_(k not in head)

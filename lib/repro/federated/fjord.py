@@ -114,7 +114,7 @@ class OrderedDropout:
             h.remove()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SelfDistillation:
     """FjORD's in-place self-distillation from a client's widest slice to the width drawn at a step.
 

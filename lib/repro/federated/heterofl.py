@@ -150,7 +150,7 @@ class WidthReduced(SeededFedAvg):
             sizes = {}
             for ratio in sorted({t.width for t in self.tier_of}):
                 sizes.update({f"{k}@{ratio:g}": int(v.size) for k, v in slice_weights(weights, ratio).items()})
-            self.comm = CommLedger(sizes)
+            self.comm = CommLedger(sizes=sizes)
         return self.comm
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -299,7 +299,7 @@ class LabelMask:
         self.remove()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class HeteroFLTraining:
     """How a HeteroFL client trains its slice: local SGD with the authors' options.
 
@@ -330,7 +330,7 @@ def make_heterofl_client_app(spec: TaskSpec, run_config: dict | None = None, sca
 
     With both off the slice trains with plain SGD (:func:`~repro.federated.client.train_locally`).
     """
-    training = HeteroFLTraining(scaler, masked_ce)
+    training = HeteroFLTraining(scaler=scaler, masked_ce=masked_ce)
     trainer = training if (scaler or masked_ce) else None
     return client_app_with(lambda msg, context: train_width(spec, msg, context, trainer, send_label_split=masked_ce),
                            run_config)

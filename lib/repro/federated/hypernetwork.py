@@ -36,7 +36,7 @@ ClientData = Callable[[int], tuple[np.ndarray, np.ndarray]]
 """Partition id -> the client's training arrays ``(x, y)``."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HyperSpec:
     """Sizes of a :class:`HyperHeadNet`: inputs, body width, descriptor, hypernetwork hidden width, classes."""
 

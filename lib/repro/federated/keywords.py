@@ -41,7 +41,7 @@ TOP_DB_SCALE = 40.0
 """Features are ``dB / 40 + 1``: the spectrogram's 80 dB range mapped to [-1, 1]."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KeywordTask:
     """One federation of speakers and the recording conditions.
 
@@ -77,7 +77,7 @@ class KeywordTask:
         return replace(self, snr=None, label_noise=0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KeywordData:
     """The features and labels of a :class:`KeywordTask`.
 
@@ -112,7 +112,7 @@ def _seed(task: KeywordTask, *path: int) -> int:
     return int(np.random.SeedSequence([task.seed, *path]).generate_state(1)[0])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Clips:
     """Raw clips and labels of every speaker, stacked per split."""
 
@@ -143,7 +143,14 @@ def _clips(task: KeywordTask) -> _Clips:
         yt.append(test)
         yv.append(valid)
     xv = np.stack(xv) if xv else np.zeros((0, *xt[0].shape), dtype=xt[0].dtype)
-    return _Clips(np.stack(xs), np.concatenate(ys), np.stack(xt), np.concatenate(yt), xv, np.concatenate(yv))
+    return _Clips(
+        x_train=np.stack(xs),
+        y_train=np.concatenate(ys),
+        x_test=np.stack(xt),
+        y_test=np.concatenate(yt),
+        x_valid=xv,
+        y_valid=np.concatenate(yv),
+    )
 
 
 def _features(clips: np.ndarray, snr: float | None, stream: int, task: KeywordTask) -> np.ndarray:
@@ -164,11 +171,20 @@ def keyword_data(task: KeywordTask) -> KeywordData:
     f_valid = _features(clips.x_valid, task.snr, 9, task)
     per = task.train_clips
     y_true = clips.y_train.astype(np.int64)
-    true = tuple(y_true[s * per:(s + 1) * per] for s in range(task.num_speakers))
-    noisy = tuple(noisy_labels(y, transition_matrix(len(KEYWORD_CLASSES), task.label_noise, seed=_seed(task, 6, s)),
-                               seed=_seed(task, 7, s)) for s, y in enumerate(true))
-    return KeywordData(tuple(f_train[s * per:(s + 1) * per] for s in range(task.num_speakers)), noisy, true,
-                       f_test, clips.y_test.astype(np.int64), f_valid, clips.y_valid.astype(np.int64))
+    true = tuple(y_true[s * per : (s + 1) * per] for s in range(task.num_speakers))
+    noisy = tuple(
+        noisy_labels(y, transition_matrix(len(KEYWORD_CLASSES), task.label_noise, seed=_seed(task, 6, s)), seed=_seed(task, 7, s))
+        for s, y in enumerate(true)
+    )
+    return KeywordData(
+        x_train=tuple(f_train[s * per : (s + 1) * per] for s in range(task.num_speakers)),
+        y_train=noisy,
+        true_train=true,
+        x_test=f_test,
+        y_test=clips.y_test.astype(np.int64),
+        x_valid=f_valid,
+        y_valid=clips.y_valid.astype(np.int64),
+    )
 
 
 def keyword_cnn(seed: int) -> torch.nn.Module:
@@ -176,9 +192,15 @@ def keyword_cnn(seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
     return torch.nn.Sequential(
         torch.nn.Unflatten(1, (1, N_MELS, FRAMES)),
-        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(16 * (N_MELS // 4) * (FRAMES // 4), len(KEYWORD_CLASSES)))
+        torch.nn.Conv2d(1, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16 * (N_MELS // 4) * (FRAMES // 4), len(KEYWORD_CLASSES)),
+    )
 
 
 @functools.lru_cache(maxsize=1)

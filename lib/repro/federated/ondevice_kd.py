@@ -76,7 +76,7 @@ def kd_weight(server_round: int, final: float = 0.5, rampup: int = 300) -> float
     return float(final * np.exp(-5.0 * (1.0 - server_round / rampup) ** 2))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     """Which steps a round runs.
 
@@ -218,7 +218,7 @@ def make_two_model_client_app(spec: TaskSpec, aux_hidden: Sequence[int], labelle
                            run_config)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Traffic:
     """One message of a run: who, in which Flower round, and the arrays it carried each way."""
 
@@ -303,8 +303,8 @@ class TwoModelFedAvg(SeededFedAvg):
         self._sent = {}
         messages = []
         for p in targets:
-            self._sent[p] = Traffic(server_round, p, tuple(down), tuple(up))
-            self.traffic.append(Traffic(server_round, p, tuple(down), tuple(up)))
+            self._sent[p] = Traffic(server_round=server_round, partition_id=p, down=tuple(down), up=tuple(up))
+            self.traffic.append(Traffic(server_round=server_round, partition_id=p, down=tuple(down), up=tuple(up)))
             messages.append(Message(RecordDict({"arrays": send, "config": cfg}), dst_node_id=self.node_of[p],
                                     message_type=MessageType.TRAIN))
         return messages

@@ -21,7 +21,7 @@ class LabelAccessError(RuntimeError):
     """Raised when code under test reads an unseen client's labels."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UnseenClientData:
     """An unseen client's samples; its labels are sealed.
 

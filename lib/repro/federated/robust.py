@@ -58,7 +58,7 @@ def rotate_images(x: np.ndarray, angles: np.ndarray) -> np.ndarray:
     return np.clip(np.asarray(out, dtype=np.float32), 0.0, x.max())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EdgeCaseAttack:
     """An edge-case backdoor on a task.
 

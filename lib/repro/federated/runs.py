@@ -39,7 +39,7 @@ from repro.parallel import parallel_map
 R = TypeVar("R", bound="FederatedRun")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FederatedRun:
     """One seeded run of one method; a chapter subclasses it with its own fields (all with defaults).
 

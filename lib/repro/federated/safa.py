@@ -69,7 +69,7 @@ from repro.federated.replies import ordered_replies
 from repro.federated.strategies import SeededFedAvg
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PeriodRule:
     """The constants of SAFA's adaptive period, as the authors' code sets them.
 
@@ -106,7 +106,7 @@ class PeriodRule:
             raise ValueError(f"smoothing must lie in (0, 1], got {self.smoothing}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PeriodChoice:
     """What one adaptation decided (:func:`next_period`).
 
@@ -143,10 +143,10 @@ def next_period(forget: np.ndarray, gain: np.ndarray, period: int, misses: int, 
     else:
         misses, candidate = misses + 1, rule.shift
     new = 1 if misses >= rule.patience else max(candidate, period // 2)
-    return PeriodChoice(new, misses, advantage)
+    return PeriodChoice(period=new, misses=misses, advantage=advantage)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ModelTrail:
     """What one accumulative model remembers since the last pull: groups visited and the accuracy it left each with."""
 

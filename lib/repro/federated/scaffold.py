@@ -98,7 +98,7 @@ class SCAFFOLD(SeededFedAvg):
             sizes = {k: int(v.numpy().size) for k, v in arrays.items()}
             sizes.update({SERVER_CV + k: n for k, n in list(sizes.items())})
             sizes.update({DELTA_CV + k: sizes[k] for k in arrays.keys()})
-            self.comm = CommLedger(sizes)
+            self.comm = CommLedger(sizes=sizes)
         return self.comm
 
     def payload(self, server_round: int, arrays: ArrayRecord) -> tuple[ArrayRecord, list[str]]:

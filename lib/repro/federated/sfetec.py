@@ -43,7 +43,7 @@ from repro.federated.tiers import FLOAT_BYTES
 from repro.models import get_weights, set_weights
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SplitHierarchy:
     """Who serves whom: the clients of every edge, and how often the cloud aggregates.
 
@@ -64,10 +64,10 @@ class SplitHierarchy:
     @classmethod
     def splitfed(cls, num_clients: int) -> SplitHierarchy:
         """One server for every client, synchronised every round (SplitFed)."""
-        return cls((tuple(range(num_clients)),), 1, True)
+        return cls(edges=(tuple(range(num_clients)),), cloud_every=1, share_bases=True)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoundTraffic:
     """Bytes of one round, per kind of link.
 
@@ -91,7 +91,7 @@ def weighted_average(models: Sequence[dict[str, np.ndarray]], weights: Sequence[
     return from_arrayrecord(aggregate_arrayrecords(records, "n"))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SplitHistory:
     """Accuracy at each evaluated round, the traffic of every round, and the cloud's model at the end."""
 
@@ -133,7 +133,7 @@ def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, roun
     models = [build_model(spec, seed).to(dev) for _ in hierarchy.edges]  # edge e's base (its clients' start) and core
     for m in models:
         set_weights(m, init)
-    history = SplitHistory([], [], [])
+    history = SplitHistory(rounds=[], accuracy=[], traffic=[])
     probe = build_model(spec, seed)
 
     def evaluate_cloud(r: int) -> None:
@@ -144,7 +144,7 @@ def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, roun
     if 0 in eval_rounds:
         evaluate_cloud(0)
     for r in range(1, rounds + 1):
-        traffic, cloud_bytes = Exchange(0, 0), 0
+        traffic, cloud_bytes = Exchange(up=0, down=0), 0
         for e, edge in enumerate(hierarchy.edges):
             base, core = split_sequential(models[e], cut)
             bases = {p: copy.deepcopy(base) for p in edge}  # every client starts from its edge's base
@@ -156,8 +156,8 @@ def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, roun
                 for p in edge:
                     x, y = data[p]
                     idx = rngs[p].choice(len(y), size=min(batch_size, len(y)), replace=False)
-                    batch.append(SplitBatch(bases[p], opts[p], torch.from_numpy(x[idx]).to(dev),
-                                            torch.from_numpy(y[idx]).to(dev)))
+                    batch.append(SplitBatch(base=bases[p], optimizer=opts[p], x=torch.from_numpy(x[idx]).to(dev),
+                                            y=torch.from_numpy(y[idx]).to(dev)))
                 _, exchanged = split_step(batch, core, core_opt)
                 for ex in exchanged:
                     traffic = traffic + ex
@@ -173,7 +173,9 @@ def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, roun
                 set_weights(m, {k: cloud[k] if k in shared else w[k] for k in w})
             cloud_bytes = 2 * len(models) * sum(cloud[k].size for k in shared) * FLOAT_BYTES
         clients = sum(len(edge) for edge in hierarchy.edges)
-        history.traffic.append(RoundTraffic(traffic.up / clients, traffic.down / clients, cloud_bytes))
+        history.traffic.append(
+            RoundTraffic(client_up=traffic.up / clients, client_down=traffic.down / clients, cloud=cloud_bytes),
+        )
         if r in eval_rounds:
             evaluate_cloud(r)
     history.final = weighted_average([get_weights(m) for m in models], edge_size)
@@ -189,7 +191,7 @@ def training_flops(layers: Sequence, batch_size: int) -> float:
     return 6.0 * batch_size * sum(lay.fan_in * lay.fan_out for lay in layers)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CostModel:
     """Constants of the simulated wall-clock (all assumed; the chapter sweeps the deciding one).
 
@@ -213,14 +215,16 @@ class CostModel:
     edge_bandwidth: float = 1e6
     backbone_bandwidth: float = 1e7
 
-    def fedavg_round(self, model_bytes: float, step_flops: float, steps: int, hierarchical: bool = False,
-                     cloud_bytes: float = 0.0) -> float:
+    def fedavg_round(
+        self, model_bytes: float, step_flops: float, steps: int, hierarchical: bool = False, cloud_bytes: float = 0.0
+    ) -> float:
         """Seconds of one round of FedAvg (or, ``hierarchical``, of HierFAVG, whose clients talk to an edge)."""
         link = self.edge_bandwidth if hierarchical else self.wan_bandwidth
         return 2 * model_bytes / link + steps * step_flops / self.client_flops + cloud_bytes / self.backbone_bandwidth
 
-    def split_round(self, traffic: RoundTraffic, base_flops: float, core_flops: float, steps: int,
-                    clients_per_server: int, at_edge: bool) -> float:
+    def split_round(
+        self, traffic: RoundTraffic, base_flops: float, core_flops: float, steps: int, clients_per_server: int, at_edge: bool
+    ) -> float:
         """Seconds of one split-learning round: per step, the base, the upload, the pooled core, the download.
 
         ``core_flops`` is one client's batch through the core; the server

@@ -35,7 +35,7 @@ def split_sequential(model: torch.nn.Sequential, cut: int) -> tuple[torch.nn.Seq
     return model[:cut], model[cut:]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exchange:
     """Bytes one split step moved between one client and its server.
 
@@ -51,10 +51,10 @@ class Exchange:
     down: int
 
     def __add__(self, other: Exchange) -> Exchange:
-        return Exchange(self.up + other.up, self.down + other.down)
+        return Exchange(up=self.up + other.up, down=self.down + other.down)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SplitBatch:
     """One client's part of a split step: its base, its optimiser and its batch."""
 

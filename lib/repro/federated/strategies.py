@@ -111,7 +111,7 @@ class SeededFedAvg(FedAvg):
     def ensure_comm(self, arrays: ArrayRecord) -> CommLedger:
         """The communication ledger, created on first use with the sizes of ``arrays``."""
         if self.comm is None:
-            self.comm = CommLedger({k: int(v.numpy().size) for k, v in arrays.items()})
+            self.comm = CommLedger(sizes={k: int(v.numpy().size) for k, v in arrays.items()})
         return self.comm
 
     # ----- hooks for subclasses -------------------------------------------

@@ -17,7 +17,7 @@ from repro import datasets, models, partition
 from repro.federated.textdata import load_doc_topics
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskSpec:
     """What a federated run trains on.
 

@@ -141,5 +141,11 @@ def load_doc_topics(n_train: int | None = None, seed: int = 0, per_class: int = 
         idx = np.sort(np.random.default_rng(seed).permutation(len(ytr))[:n_train])
         xtr, ytr = xtr[idx], ytr[idx]
     scale = np.float32(row_norm)
-    return Dataset("doc_topics", xtr * scale, ytr.astype(np.int64), xte * scale, yte.astype(np.int64),
-                   len(DOC_TOPIC_SOURCES))
+    return Dataset(
+        name="doc_topics",
+        x_train=xtr * scale,
+        y_train=ytr.astype(np.int64),
+        x_test=xte * scale,
+        y_test=yte.astype(np.int64),
+        num_classes=len(DOC_TOPIC_SOURCES),
+    )

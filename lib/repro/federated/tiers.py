@@ -32,7 +32,7 @@ import torch
 FLOAT_BYTES = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tier:
     """A client capability tier.
 
@@ -84,7 +84,7 @@ def assign_tiers(num_clients: int, shares: Sequence[float], tiers: Sequence[Tier
     return [tiers[i] for i in labels]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerShape:
     """One ``Linear`` layer of a feed-forward model: its name, input and output widths."""
 
@@ -100,11 +100,11 @@ class LayerShape:
 
 def linear_layers(model: torch.nn.Module) -> list[LayerShape]:
     """The model's ``Linear`` layers, input side first."""
-    return [LayerShape(n, m.in_features, m.out_features) for n, m in model.named_modules()
+    return [LayerShape(name=n, fan_in=m.in_features, fan_out=m.out_features) for n, m in model.named_modules()
             if isinstance(m, torch.nn.Linear)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepMemory:
     """Bytes one local SGD step holds, by kind.
 
@@ -220,7 +220,7 @@ def measure_step_memory(model: torch.nn.Module, trained: Sequence[str], x: torch
     return int(sum(saved.values()) + grads + state + weights)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepCount:
     """One local SGD step of a model under the memory model, and torch's count of the same step.
 
@@ -259,5 +259,8 @@ def count_step(model: torch.nn.Module, batch_size: int, momentum: float, trained
     trained = [f"{lay.name}.{name}" for lay in layers[len(layers) - k:] for name, _ in modules[lay.name].named_parameters()]
     x = torch.zeros(batch_size, layers[0].fan_in)
     y = torch.zeros(batch_size, dtype=torch.long)
-    return StepCount(sum(lay.parameters for lay in layers), step_memory(layers, k, batch_size, 1 if momentum > 0 else 0),
-                     measure_step_memory(model, trained, x, y, momentum=momentum))
+    return StepCount(
+        parameters=sum(lay.parameters for lay in layers),
+        modelled=step_memory(layers, k, batch_size, 1 if momentum > 0 else 0),
+        measured=measure_step_memory(model, trained, x, y, momentum=momentum),
+    )

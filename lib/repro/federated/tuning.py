@@ -36,7 +36,7 @@ from repro.federated.task import TaskSpec, build_model, load_task_data
 from repro.models import set_weights
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Choice:
     """The grid value kept for one tuned method in one condition.
 
@@ -130,8 +130,16 @@ def best_settings(final: pd.DataFrame, metric: str, by: Sequence[str] = (),
                 raise ValueError(f"method {method!r}: metric {metric!r} is NaN for settings "
                                  f"{means[means.isna()].index.tolist()}")
             best = means.idxmax()  # the first (smallest) value among equal means
-            choices.append(Choice(method, float(best), float(means[best]), tuple(float(v) for v in grids[method]),
-                                  condition, tuple(float(v) for v in lost.index[lost])))
+            choices.append(
+                Choice(
+                    method=method,
+                    value=float(best),
+                    score=float(means[best]),
+                    grid=tuple(float(v) for v in grids[method]),
+                    condition=condition,
+                    failed=tuple(float(v) for v in lost.index[lost]),
+                )
+            )
     return tuple(choices)
 
 
@@ -153,8 +161,7 @@ def grid_end_note(choices: Sequence[Choice], labels: dict[str, str]) -> str:
 
 def chosen(choices: Sequence[Choice], **condition: float) -> dict[str, float]:
     """``method -> value`` of the ``choices`` made in ``condition`` (all of them when no condition is given)."""
-    return {c.method: c.value for c in choices
-            if all(np.isclose(dict(c.condition)[k], v) for k, v in condition.items())}
+    return {c.method: c.value for c in choices if all(np.isclose(dict(c.condition)[k], v) for k, v in condition.items())}
 
 
 def keep_best(frame: pd.DataFrame, choices: Sequence[Choice]) -> pd.DataFrame:
@@ -185,8 +192,10 @@ def held_out(spec: TaskSpec) -> np.ndarray:
     used = np.zeros(len(ds.y_train), dtype=bool)
     used[np.concatenate(parts)] = True
     if used.all():
-        raise ValueError(f"the {spec.scheme!r} split of {spec.dataset!r} leaves no training sample unused; "
-                         "there is no held-out set to validate on (TaskSpec.validation_share holds one out)")
+        raise ValueError(
+            f"the {spec.scheme!r} split of {spec.dataset!r} leaves no training sample unused; "
+            "there is no held-out set to validate on (TaskSpec.validation_share holds one out)"
+        )
     return np.flatnonzero(~used)
 
 

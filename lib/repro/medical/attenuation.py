@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BilinearModel:
     """Slopes ``a`` (1/(cm HU)) and intercepts ``b`` (1/cm) of the bilinear model.
 

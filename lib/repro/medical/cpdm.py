@@ -35,7 +35,7 @@ from repro.medical.unet import UNet, UNetConfig, dice_loss, fit_unet
 _A_LOW = float(np.exp(-KVP_140.knots[1][-1]))  # exp(-mu) at the densest bone the model knows
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MapChoice:
     """Which of CPDM's condition maps a bridge gets.
 
@@ -121,7 +121,7 @@ def condition_stack(maps: MapChoice, attenuation: np.ndarray, attention: np.ndar
     return torch.from_numpy(np.stack(chosen, axis=1)) if chosen else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BridgeSettings:
     """Training and sampling settings of a CPDM/BBDM bridge.
 
@@ -181,7 +181,14 @@ def train_translator(
         The trained denoiser, on ``device``.
     """
     torch.manual_seed(int(seed))
-    config = UNetConfig(unet.in_channels, maps.channels, unet.out_channels, unet.base, unet.levels, settings.schedule.n_timesteps)
+    config = UNetConfig(
+        in_channels=unet.in_channels,
+        cond_channels=maps.channels,
+        out_channels=unet.out_channels,
+        base=unet.base,
+        levels=unet.levels,
+        n_timesteps=settings.schedule.n_timesteps,
+    )
     result = train_bridge(
         UNet(config).to(device),
         to_signed(ct01),

@@ -43,7 +43,7 @@ def mae(reference: np.ndarray, estimate: np.ndarray, scale: float, mask: np.ndar
     return float((err if mask is None else err[mask]).mean() * scale)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TranslationScores:
     """Mean scores of a set of translated images.
 
@@ -92,4 +92,5 @@ def score_translations(
         for m in masks
     ]
     lesion_mean = np.array(lesion).mean(axis=0) if lesion else np.full(3, np.nan)
-    return TranslationScores(*whole.mean(axis=0).tolist(), *lesion_mean.tolist())
+    w, les = whole.mean(axis=0).tolist(), lesion_mean.tolist()
+    return TranslationScores(psnr=w[0], ssim=w[1], mae=w[2], lesion_psnr=les[0], lesion_ssim=les[1], lesion_mae=les[2])

@@ -51,7 +51,7 @@ HU_MIN, HU_MAX = -1024.0, 3071.0
 CT_NORM_SPAN = 2047.0  # CPDM's code: HU = 2047 ct - 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PhantomConfig:
     """Settings of the phantom generator.
 
@@ -106,7 +106,7 @@ class PhantomConfig:
             raise ValueError("counts_per_suv must be > 0, attenuation_coupling and ct_noise_hu >= 0")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Lesion:
     """One lesion of a phantom: what a report states about it, and where it is.
 
@@ -134,14 +134,14 @@ class Lesion:
     center: tuple[int, int, int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Findings:
     """The structured findings of a case (the ground truth behind its report)."""
 
     lesions: tuple[Lesion, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Phantom:
     """One generated case.
 
@@ -327,7 +327,7 @@ def generate(config: PhantomConfig, rng: np.random.Generator) -> Phantom:
         occupied |= mask
         size_mm = int(5 * round(2.0 * radius * half_mm / 5.0))
         lobe = _lobe(site, float(cz))
-        lesions.append(Lesion(kind, site, lobe, size_mm, avid, c))
+        lesions.append(Lesion(kind=kind, site=site, lobe=lobe, size_mm=size_mm, fdg_avid=avid, center=c))
         lesion_masks.append(mask)
         background.append(bg)
 
@@ -342,11 +342,11 @@ def generate(config: PhantomConfig, rng: np.random.Generator) -> Phantom:
         pet=pet.astype(np.float32),
         lesion_masks=np.array(lesion_masks, dtype=bool).reshape(len(lesions), *config.shape),
         background=np.asarray(background, dtype=np.float32),
-        findings=Findings(tuple(lesions)),
+        findings=Findings(lesions=tuple(lesions)),
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PhantomSet:
     """A batch of phantoms stacked into arrays.
 

@@ -28,7 +28,7 @@ from repro.medical.runs import save_network
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Vocabulary:
     """Word-level vocabulary; ids 0-3 are ``<pad> <bos> <eos> <unk>``.
 
@@ -44,7 +44,7 @@ class Vocabulary:
     def build(cls, reports: list[str]) -> "Vocabulary":
         """Collect the tokens of ``reports`` (sorted, after the specials)."""
         words = sorted({t for r in reports for t in tokenize(r)})
-        return cls((PAD, BOS, EOS, UNK, *words))
+        return cls(tokens=(PAD, BOS, EOS, UNK, *words))
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -69,7 +69,7 @@ class Vocabulary:
         return detokenize(words)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChannelScaling:
     """Per-channel standardisation of the input volumes, fitted on the training set.
 
@@ -90,7 +90,7 @@ class ChannelScaling:
     def fit(cls, volumes: np.ndarray) -> "ChannelScaling":
         """Channel means and standard deviations of ``(n, C, D, H, W)`` volumes."""
         axes = (0, *range(2, volumes.ndim))
-        return cls(tuple(volumes.mean(axis=axes).tolist()), tuple(np.maximum(volumes.std(axis=axes), 1e-6).tolist()))
+        return cls(mean=tuple(volumes.mean(axis=axes).tolist()), std=tuple(np.maximum(volumes.std(axis=axes), 1e-6).tolist()))
 
     def apply(self, volumes: np.ndarray) -> np.ndarray:
         """Standardised float32 copy of ``volumes``."""
@@ -98,7 +98,7 @@ class ChannelScaling:
         return ((volumes - np.reshape(self.mean, shape)) / np.reshape(self.std, shape)).astype(np.float32)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GeneratorConfig:
     """Sizes of a :class:`ReportGenerator`.
 
@@ -204,11 +204,17 @@ def load_generator(path: str | Path) -> tuple[ReportGenerator, Vocabulary, Chann
     """Rebuild what :func:`save_generator` wrote (model in eval mode), without retraining."""
     ckpt = torch.load(Path(path), weights_only=True)
     cfg = ckpt["config"]
-    config = GeneratorConfig(tuple(cfg["volume_shape"]), cfg["vocab_size"], tuple(cfg["channels"]), cfg["hidden"], cfg["embed"])
+    config = GeneratorConfig(
+        volume_shape=tuple(cfg["volume_shape"]),
+        vocab_size=cfg["vocab_size"],
+        channels=tuple(cfg["channels"]),
+        hidden=cfg["hidden"],
+        embed=cfg["embed"],
+    )
     model = ReportGenerator(config)
     model.load_state_dict(ckpt["state_dict"])
-    scaling = ChannelScaling(tuple(ckpt["scaling"]["mean"]), tuple(ckpt["scaling"]["std"]))
-    return model.eval(), Vocabulary(tuple(ckpt["vocabulary"])), scaling
+    scaling = ChannelScaling(mean=tuple(ckpt["scaling"]["mean"]), std=tuple(ckpt["scaling"]["std"]))
+    return model.eval(), Vocabulary(tokens=tuple(ckpt["vocabulary"])), scaling
 
 
 def train_generator(

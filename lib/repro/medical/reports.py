@@ -48,7 +48,7 @@ def nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, kw_only=True)
 class ReportedLesion:
     """The fields a report states about one lesion (what the extractor reads back).
 
@@ -73,7 +73,10 @@ class ReportedLesion:
 def reported_fields(findings: Findings) -> list[ReportedLesion]:
     """The report-level fields of a case's lesions, in the report's (canonical) order."""
     return sorted(
-        (ReportedLesion(les.site, les.lobe, les.kind, les.size_mm, les.fdg_avid) for les in findings.lesions),
+        (
+            ReportedLesion(site=les.site, lobe=les.lobe, kind=les.kind, size_mm=les.size_mm, fdg_avid=les.fdg_avid)
+            for les in findings.lesions
+        ),
         key=lambda r: (SITES.index(r.site), r.lobe, KINDS.index(r.kind), r.size_mm, r.fdg_avid),
     )
 
@@ -138,7 +141,11 @@ def extract(report: str) -> list[ReportedLesion]:
     for m in _LESION_RE.finditer(nfc(report)):
         site = _WORD_TO["site"][m["site"]]
         lobe = _WORD_TO["lobe"][m["lobe"]] if m["lobe"] and site in LUNG_SITES else ""
-        out.append(ReportedLesion(site, lobe, _WORD_TO["kind"][m["kind"]], int(m["size"]), m["neg"] is None))
+        out.append(
+            ReportedLesion(
+                site=site, lobe=lobe, kind=_WORD_TO["kind"][m["kind"]], size_mm=int(m["size"]), fdg_avid=m["neg"] is None
+            )
+        )
     return out
 
 
@@ -179,7 +186,7 @@ def rouge_l(hypotheses: list[str], references: list[str]) -> float:
     return float(np.mean([_ROUGE.score(r, h)["rougeL"].fmeasure for h, r in zip(hypotheses, references)]))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FieldScores:
     """Clinical field accuracy of generated reports, per true lesion.
 
@@ -245,4 +252,10 @@ def field_accuracy(reports: list[str], truths: list[Findings]) -> FieldScores:
     def share(xs: list[bool]) -> float:
         return float(np.mean(xs)) if xs else float("nan")
 
-    return FieldScores(share(pos), share(kind), share(fdg), {s: share(v) for s, v in site_hits.items()}, share(normal))
+    return FieldScores(
+        position=share(pos),
+        kind=share(kind),
+        fdg=share(fdg),
+        by_site={s: share(v) for s, v in site_hits.items()},
+        normal_cases=share(normal),
+    )

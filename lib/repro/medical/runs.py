@@ -43,7 +43,7 @@ Params = TypeVar("Params", bound=SeededParams)
 Outcome = TypeVar("Outcome")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeedJob(Generic[Params]):
     """One seed's work.
 
@@ -97,7 +97,7 @@ def sweep_seeds(
         One outcome per seed, in the order of ``params.seeds``.
     """
     folder = str(Path(output_dir) / "checkpoints")
-    jobs = [SeedJob(params, s, folder, TORCH_THREADS, reuse) for s in params.seeds]
+    jobs = [SeedJob(params=params, seed=s, checkpoint_dir=folder, threads=TORCH_THREADS, reuse=reuse) for s in params.seeds]
     return parallel_map(run_seed, jobs, workers=params.workers, desc=desc)
 
 

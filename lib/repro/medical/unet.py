@@ -27,7 +27,7 @@ from tqdm import tqdm
 from repro.medical.runs import save_network
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UNetConfig:
     """Shape of a :class:`UNet`.
 

@@ -43,7 +43,7 @@ FEATURE_SETS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stage:
     """Run-time model of one pipeline stage: ``T = base + per_object * n_obj + load_coef * L(t) + noise``."""
 
@@ -54,13 +54,13 @@ class Stage:
 
 
 STAGES = (
-    Stage("object_bound", 4.0, 0.02, 1.0),
-    Stage("io_bound", 4.0, 0.002, 8.0),
-    Stage("mixed", 4.0, 0.01, 4.0),
+    Stage(name="object_bound", base=4.0, per_object=0.02, load_coef=1.0),
+    Stage(name="io_bound", base=4.0, per_object=0.002, load_coef=8.0),
+    Stage(name="mixed", base=4.0, per_object=0.01, load_coef=4.0),
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SurveyConfig:
     """Constants of the synthetic survey.
 
@@ -208,7 +208,7 @@ def within_batch_boundary(data: pd.DataFrame, column: str = TARGET) -> float:
     return float((data[column] - data.groupby("batch")[column].transform("mean")).abs().mean())
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BayesNetRegressor:
     """A discrete Bayesian network over quantile-binned features and run time, predicting the posterior mean.
 

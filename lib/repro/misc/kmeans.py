@@ -71,7 +71,7 @@ def host_lanes(itemsize: int = 8) -> int:
 HOST_LANES = host_lanes()  # float64 lanes; the blocked kernel is compiled for exactly this width
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Variant:
     """One implementation of the Lloyd step.
 
@@ -105,7 +105,7 @@ class Variant:
         return f"{self.layout}{pad}/{self.reduction}"
 
 
-BASELINE = Variant("aos", padded=False, reduction="serial")
+BASELINE = Variant(layout="aos", padded=False, reduction="serial")
 
 
 def standard_variants() -> tuple[Variant, ...]:
@@ -115,17 +115,17 @@ def standard_variants() -> tuple[Variant, ...]:
     """
     return (
         BASELINE,
-        Variant("aos", True, "serial"),
-        Variant("soa", False, "serial"),
-        Variant("soa", True, "serial"),
-        Variant("aosoa", True, "serial"),
-        Variant("aos", True, "parallel"),
-        Variant("soa", True, "parallel"),
-        Variant("aosoa", True, "parallel"),
+        Variant(layout="aos", padded=True, reduction="serial"),
+        Variant(layout="soa", padded=False, reduction="serial"),
+        Variant(layout="soa", padded=True, reduction="serial"),
+        Variant(layout="aosoa", padded=True, reduction="serial"),
+        Variant(layout="aos", padded=True, reduction="parallel"),
+        Variant(layout="soa", padded=True, reduction="parallel"),
+        Variant(layout="aosoa", padded=True, reduction="parallel"),
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Dataset:
     """Gaussian blobs and the initial centroids of a K-means run.
 
@@ -165,7 +165,7 @@ def make_dataset(n: int, d: int, k: int, seed: int, cluster_std: float = 2.0) ->
     x, _ = make_blobs(n_samples=n, n_features=d, centers=k, cluster_std=cluster_std, random_state=seed)
     rng = np.random.default_rng(seed)
     init = x[rng.choice(n, size=k, replace=False)]
-    return Dataset(np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(init, dtype=np.float64))
+    return Dataset(points=np.ascontiguousarray(x, dtype=np.float64), init=np.ascontiguousarray(init, dtype=np.float64))
 
 
 def padded_length(length: int, lanes: int) -> int:
@@ -173,7 +173,7 @@ def padded_length(length: int, lanes: int) -> int:
     return int(math.ceil(length / lanes) * lanes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PackedPoints:
     """Points stored in one variant's layout.
 
@@ -214,7 +214,7 @@ def pack(points: np.ndarray, variant: Variant, lanes: int) -> PackedPoints:
         flat = np.zeros((nb * lanes, d))
         flat[:n] = points
         data = np.ascontiguousarray(flat.reshape(nb, lanes, d).transpose(0, 2, 1))
-    return PackedPoints(variant, data, n, d, lanes)
+    return PackedPoints(variant=variant, data=data, n=n, d=d, lanes=lanes)
 
 
 def pad_centroids(centroids: np.ndarray, packed: PackedPoints) -> np.ndarray:
@@ -379,7 +379,7 @@ def assign(packed: PackedPoints, centroids: np.ndarray, chunks: int | None = Non
     return labels
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PartialSums:
     """Per-cluster coordinate sums and point counts (float64), before division."""
 
@@ -398,7 +398,7 @@ def reduce_centroids(points: np.ndarray, labels: np.ndarray, k: int, reduction: 
         merged = _merge_parallel(private, numba.get_num_threads())
     else:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    return PartialSums(merged.reshape(k, points.shape[1]), counts.sum(axis=0))
+    return PartialSums(sums=merged.reshape(k, points.shape[1]), counts=counts.sum(axis=0))
 
 
 def centroids_from(partial: PartialSums, previous: np.ndarray) -> np.ndarray:
@@ -409,7 +409,7 @@ def centroids_from(partial: PartialSums, previous: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepResult:
     """One Lloyd step: labels against the old centroids and the new centroids."""
 
@@ -426,7 +426,7 @@ def lloyd_step(points: np.ndarray, packed: PackedPoints, centroids: np.ndarray,
     """
     labels = assign(packed, centroids, chunks)
     partial = reduce_centroids(points, labels, centroids.shape[0], packed.variant.reduction, chunks)
-    return StepResult(labels, centroids_from(partial, centroids))
+    return StepResult(labels=labels, centroids=centroids_from(partial, centroids))
 
 
 def sklearn_step(data: Dataset) -> StepResult:
@@ -438,7 +438,7 @@ def sklearn_step(data: Dataset) -> StepResult:
     km = KMeans(n_clusters=data.init.shape[0], init=data.init, n_init=1, max_iter=1, algorithm="lloyd",
                 tol=0.0, random_state=0)
     km.fit(data.points)
-    return StepResult(km.labels_.astype(np.int64), km.cluster_centers_)
+    return StepResult(labels=km.labels_.astype(np.int64), centroids=km.cluster_centers_)
 
 
 def best_time(fn: Callable[[], object], repeats: int = 3, min_seconds: float | None = None, max_runs: int = 200) -> float:
@@ -596,10 +596,10 @@ def lloyd_step_mpi(comm: Any, local_points: np.ndarray, centroids: np.ndarray, v
     counts = np.ascontiguousarray(partial.counts)
     comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
     comm.Allreduce(MPI.IN_PLACE, counts, op=MPI.SUM)
-    return centroids_from(PartialSums(sums, counts), centroids)
+    return centroids_from(PartialSums(sums=sums, counts=counts), centroids)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MPIReport:
     """What rank 0 of the MPI worker reports.
 
@@ -660,7 +660,7 @@ def _mpi_main(argv: list[str] | None = None) -> None:
     comm = MPI.COMM_WORLD
     data = make_dataset(args.n, args.d, args.k, args.seed)
     local = np.ascontiguousarray(data.points[rank_slice(args.n, comm.Get_rank(), comm.Get_size())])
-    variant = Variant(args.layout, bool(args.padded), args.reduction)
+    variant = Variant(layout=args.layout, padded=bool(args.padded), reduction=args.reduction)
     centroids = data.init
     for _ in range(args.steps):
         centroids = lloyd_step_mpi(comm, local, centroids, variant, args.lanes)
@@ -677,7 +677,7 @@ def _mpi_main(argv: list[str] | None = None) -> None:
         comm.Allreduce(MPI.IN_PLACE, probe[args.k * args.d:], op=MPI.SUM)
         ar_best = min(ar_best, comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
     if comm.Get_rank() == 0:
-        report = MPIReport(comm.Get_size(), centroids.tolist(), step_best, ar_best)
+        report = MPIReport(ranks=comm.Get_size(), centroids=centroids.tolist(), step_seconds=step_best, allreduce_seconds=ar_best)
         print(json.dumps(asdict(report)))
 
 

@@ -49,7 +49,7 @@ import simpy
 DESIGNS = ("sequential", "per_component", "chains")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Action:
     """One action of an activity.
 
@@ -69,7 +69,7 @@ class Action:
     iterations: int = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Component:
     """A component: its activity's actions and the control/data-flow edges between them."""
 
@@ -78,7 +78,7 @@ class Component:
     flows: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class System:
     """Components and the edges between their actions (``"component.action"`` names).
 
@@ -179,7 +179,7 @@ def width(g: nx.DiGraph) -> int:
     return len(minimum_chain_cover(g))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ThreadDesign:
     """A multithreaded design of a system.
 
@@ -219,7 +219,7 @@ def thread_design(g: nx.DiGraph, design: str) -> ThreadDesign:
     h = g.copy()
     for t in threads:
         h.add_edges_from(zip(t[:-1], t[1:]))
-    return ThreadDesign(design, tuple(tuple(t) for t in threads), h)
+    return ThreadDesign(name=design, threads=tuple(tuple(t) for t in threads), graph=h)
 
 
 def graham_bound(g: nx.DiGraph, processors: int) -> float:
@@ -228,7 +228,7 @@ def graham_bound(g: nx.DiGraph, processors: int) -> float:
     return length + (c - length) / processors
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Schedule:
     """A simulated run: start and finish time of every action, and the makespan (response time)."""
 
@@ -277,7 +277,7 @@ def simulate(g: nx.DiGraph, processors: int, exec_times: dict[str, float] | None
     for v in topological_order(g):
         env.process(run(v))
     env.run()
-    return Schedule(start, finish, max(finish.values(), default=0.0))
+    return Schedule(start=start, finish=finish, makespan=max(finish.values(), default=0.0))
 
 
 def random_exec_times(g: nx.DiGraph, low_fraction: float, rng: np.random.Generator) -> dict[str, float]:
@@ -315,23 +315,45 @@ def random_system(n_actions: int, n_components: int, layers: int, edge_prob: flo
     for c in range(n_components):
         members = [i for i in range(n_actions) if comp_of_layer[layer_of[i]] == c]
         inner = tuple((names[u], names[v]) for u, v in edges if u in members and v in members)
-        comps.append(Component(f"c{c}", tuple(Action(names[i], float(wcet[i]), int(iters[i])) for i in members), inner))
+        comps.append(
+            Component(name=f"c{c}", flows=inner,
+                      actions=tuple(Action(name=names[i], wcet=float(wcet[i]), iterations=int(iters[i])) for i in members)),
+        )
     comp_name = {i: f"c{comp_of_layer[layer_of[i]]}" for i in range(n_actions)}
-    cross = tuple((f"{comp_name[u]}.{names[u]}", f"{comp_name[v]}.{names[v]}") for u, v in edges
-                  if comp_name[u] != comp_name[v])
-    return System(tuple(comps), cross)
+    cross = tuple((f"{comp_name[u]}.{names[u]}", f"{comp_name[v]}.{names[v]}") for u, v in edges if comp_name[u] != comp_name[v])
+    return System(components=tuple(comps), connections=cross)
 
 
 def sensor_filter_controller() -> System:
     """The toy case study: a sensor feeding a filter with a fork/join and a data-parallel loop, then a controller."""
-    sensor = Component("sensor", (Action("sample", 2.0), Action("timestamp", 1.0)), (("sample", "timestamp"),))
-    filt = Component("filter", (Action("split", 1.0), Action("fir", 12.0, iterations=8), Action("median", 6.0),
-                                Action("merge", 2.0)),
-                     (("split", "fir"), ("split", "median"), ("fir", "merge"), ("median", "merge")))
-    ctrl = Component("controller", (Action("estimate", 4.0), Action("log", 3.0), Action("actuate", 2.0)),
-                     (("estimate", "actuate"),))
-    return System((sensor, filt, ctrl), (("sensor.timestamp", "filter.split"), ("filter.merge", "controller.estimate"),
-                                         ("sensor.sample", "controller.log")))
+    sensor = Component(
+        name="sensor",
+        actions=(Action(name="sample", wcet=2.0), Action(name="timestamp", wcet=1.0)),
+        flows=(("sample", "timestamp"),),
+    )
+    filt = Component(
+        name="filter",
+        actions=(
+            Action(name="split", wcet=1.0),
+            Action(name="fir", wcet=12.0, iterations=8),
+            Action(name="median", wcet=6.0),
+            Action(name="merge", wcet=2.0),
+        ),
+        flows=(("split", "fir"), ("split", "median"), ("fir", "merge"), ("median", "merge")),
+    )
+    ctrl = Component(
+        name="controller",
+        actions=(Action(name="estimate", wcet=4.0), Action(name="log", wcet=3.0), Action(name="actuate", wcet=2.0)),
+        flows=(("estimate", "actuate"),),
+    )
+    return System(
+        components=(sensor, filt, ctrl),
+        connections=(
+            ("sensor.timestamp", "filter.split"),
+            ("filter.merge", "controller.estimate"),
+            ("sensor.sample", "controller.log"),
+        ),
+    )
 
 
 def jpeg_encoder() -> System:
@@ -341,28 +363,57 @@ def jpeg_encoder() -> System:
     DCT and quantisation are loops over independent 8x8 blocks; entropy coding
     is sequential.
     """
-    cam = Component("camera", (Action("capture", 5.0), Action("debayer", 20.0, iterations=16)),
-                    (("capture", "debayer"),))
-    colour = Component("colour", (Action("rgb_to_ycc", 24.0, iterations=16), Action("subsample", 8.0, iterations=8)),
-                       (("rgb_to_ycc", "subsample"),))
-    dct = Component("transform", (Action("dct_luma", 48.0, iterations=32), Action("dct_chroma", 24.0, iterations=16),
-                                  Action("quant_luma", 12.0, iterations=32), Action("quant_chroma", 6.0, iterations=16)),
-                    (("dct_luma", "quant_luma"), ("dct_chroma", "quant_chroma")))
-    entropy = Component("entropy", (Action("zigzag", 6.0, iterations=8), Action("huffman", 30.0),
-                                    Action("stats", 4.0)),
-                        (("zigzag", "huffman"),))
-    out = Component("writer", (Action("header", 2.0), Action("write", 6.0)), (("header", "write"),))
-    return System((cam, colour, dct, entropy, out), (
-        ("camera.debayer", "colour.rgb_to_ycc"), ("colour.rgb_to_ycc", "transform.dct_luma"),
-        ("colour.subsample", "transform.dct_chroma"), ("transform.quant_luma", "entropy.zigzag"),
-        ("transform.quant_chroma", "entropy.zigzag"), ("transform.quant_luma", "entropy.stats"),
-        ("entropy.huffman", "writer.write"), ("camera.capture", "writer.header")))
+    cam = Component(
+        name="camera",
+        actions=(Action(name="capture", wcet=5.0), Action(name="debayer", wcet=20.0, iterations=16)),
+        flows=(("capture", "debayer"),),
+    )
+    colour = Component(
+        name="colour",
+        actions=(Action(name="rgb_to_ycc", wcet=24.0, iterations=16), Action(name="subsample", wcet=8.0, iterations=8)),
+        flows=(("rgb_to_ycc", "subsample"),),
+    )
+    dct = Component(
+        name="transform",
+        actions=(
+            Action(name="dct_luma", wcet=48.0, iterations=32),
+            Action(name="dct_chroma", wcet=24.0, iterations=16),
+            Action(name="quant_luma", wcet=12.0, iterations=32),
+            Action(name="quant_chroma", wcet=6.0, iterations=16),
+        ),
+        flows=(("dct_luma", "quant_luma"), ("dct_chroma", "quant_chroma")),
+    )
+    entropy = Component(
+        name="entropy",
+        actions=(
+            Action(name="zigzag", wcet=6.0, iterations=8),
+            Action(name="huffman", wcet=30.0),
+            Action(name="stats", wcet=4.0),
+        ),
+        flows=(("zigzag", "huffman"),),
+    )
+    out = Component(
+        name="writer", actions=(Action(name="header", wcet=2.0), Action(name="write", wcet=6.0)), flows=(("header", "write"),)
+    )
+    return System(
+        components=(cam, colour, dct, entropy, out),
+        connections=(
+            ("camera.debayer", "colour.rgb_to_ycc"),
+            ("colour.rgb_to_ycc", "transform.dct_luma"),
+            ("colour.subsample", "transform.dct_chroma"),
+            ("transform.quant_luma", "entropy.zigzag"),
+            ("transform.quant_chroma", "entropy.zigzag"),
+            ("transform.quant_luma", "entropy.stats"),
+            ("entropy.huffman", "writer.write"),
+            ("camera.capture", "writer.header"),
+        ),
+    )
 
 
 CASE_STUDIES = {"sensor_filter_controller": sensor_filter_controller, "jpeg_encoder": jpeg_encoder}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PeriodicTask:
     """A sequential periodic task under fixed-priority scheduling.
 
@@ -393,7 +444,7 @@ class PeriodicTask:
         return self.wcet / self.period
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ResponseTime:
     """Result of the response-time iteration for one task.
 
@@ -450,9 +501,9 @@ def response_time(task: PeriodicTask, higher: Sequence[PeriodicTask], tolerance:
         nxt = own + sum(math.ceil(response / t.period - tolerance) * t.wcet for t in higher)
         iterations += 1
         if nxt <= response:
-            return ResponseTime(task.name, response, iterations, True)
+            return ResponseTime(task=task.name, response=response, iterations=iterations, schedulable=True)
         response = nxt
-    return ResponseTime(task.name, response, iterations, False)
+    return ResponseTime(task=task.name, response=response, iterations=iterations, schedulable=False)
 
 
 def response_time_analysis(tasks: Sequence[PeriodicTask]) -> list[ResponseTime]:
@@ -460,8 +511,9 @@ def response_time_analysis(tasks: Sequence[PeriodicTask]) -> list[ResponseTime]:
     return [response_time(t, tasks[:i]) for i, t in enumerate(tasks)]
 
 
-def simulate_fixed_priority(tasks: Sequence[PeriodicTask], horizon: float,
-                            exec_times: dict[str, float] | None = None) -> dict[str, float]:
+def simulate_fixed_priority(
+    tasks: Sequence[PeriodicTask], horizon: float, exec_times: dict[str, float] | None = None
+) -> dict[str, float]:
     """Worst response time of each task in a preemptive fixed-priority simulation on one processor (``simpy``).
 
     All tasks release their first job at time 0 and then strictly
@@ -550,7 +602,7 @@ def federated_cores(volume_: float, length: float, deadline: float) -> int | Non
     return max(1, math.ceil((volume_ - length) / (deadline - length) - 1e-12))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DagTask:
     """A periodic activity: a thread design's graph, released every ``period``, due ``deadline`` after release."""
 
@@ -566,7 +618,7 @@ class DagTask:
         return self.volume > self.deadline
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FederatedSchedule:
     """Outcome of federated scheduling of DAG tasks on ``m`` processors.
 
@@ -601,16 +653,16 @@ def federated_schedule(tasks: Sequence[DagTask], processors: int) -> FederatedSc
         if t.heavy:
             n = federated_cores(t.volume, t.critical_path, t.deadline)
             if n is None:
-                return FederatedSchedule(False, dedicated, (), {})
+                return FederatedSchedule(schedulable=False, dedicated=dedicated, partitions=(), bounds={})
             dedicated[t.name] = n
     left = processors - sum(dedicated.values())
-    light = [PeriodicTask(t.name, t.volume, t.period, t.deadline) for t in tasks if not t.heavy]
+    light = [PeriodicTask(name=t.name, wcet=t.volume, period=t.period, deadline=t.deadline) for t in tasks if not t.heavy]
     if left < 0 or (light and left == 0):
-        return FederatedSchedule(False, dedicated, (), {})
+        return FederatedSchedule(schedulable=False, dedicated=dedicated, partitions=(), bounds={})
     cores = partition_first_fit(light, left)
     if cores is None:
-        return FederatedSchedule(False, dedicated, (), {})
+        return FederatedSchedule(schedulable=False, dedicated=dedicated, partitions=(), bounds={})
     bounds = {t.name: t.critical_path + (t.volume - t.critical_path) / dedicated[t.name] for t in tasks if t.heavy}
     for core in cores:
         bounds.update({r.task: r.response for r in response_time_analysis(core)})
-    return FederatedSchedule(True, dedicated, tuple(tuple(c) for c in cores if c), bounds)
+    return FederatedSchedule(schedulable=True, dedicated=dedicated, partitions=tuple(tuple(c) for c in cores if c), bounds=bounds)

@@ -50,7 +50,7 @@ def gini(loads: np.ndarray) -> np.ndarray:
     return np.where(total > 0, g, 0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Weights:
     """Weights of coverage, cost saving and balance in the objective."""
 
@@ -61,10 +61,10 @@ class Weights:
     @classmethod
     def from_coverage(cls, w_c: float) -> "Weights":
         """``w_c`` for coverage and the rest split evenly between cost and balance."""
-        return cls(w_c, (1.0 - w_c) / 2, (1.0 - w_c) / 2)
+        return cls(coverage=w_c, cost=(1.0 - w_c) / 2, balance=(1.0 - w_c) / 2)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanScore:
     """The objective of a plan and its three components."""
 
@@ -130,7 +130,7 @@ class CoverageModel:
         cost = total / self.samples[:, self.f_max].sum()
         balance = 1.0 - gini(loads)
         obj = weights.coverage * cov + weights.cost * (1.0 - cost) + weights.balance * balance
-        return [PlanScore(float(o), float(c), float(k), float(b), int(s))
+        return [PlanScore(objective=float(o), coverage=float(c), cost=float(k), balance=float(b), samples=int(s))
                 for o, c, k, b, s in zip(obj, cov, cost, balance, total)]
 
     def objective(self, plans: np.ndarray, weights: Weights) -> np.ndarray:

@@ -26,7 +26,7 @@ from repro.checkpoints import trained
 from repro.devices import resolve_device
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DQNConfig:
     """Hyper-parameters of the DQN agent (stable-baselines3 names).
 
@@ -97,7 +97,7 @@ class GuidedDQN(DQN):
         return action, state
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainedDQN:
     """A trained agent, the per-episode returns seen while training, and the wall time."""
 
@@ -150,7 +150,12 @@ def train_dqn(env: gym.Env, steps: int, seed: int, config: DQNConfig,
     )
     t = time.perf_counter()
     model.learn(total_timesteps=steps)
-    return TrainedDQN(model, tuple(logged.returns), tuple(logged.lengths), time.perf_counter() - t)
+    return TrainedDQN(
+        model=model,
+        episode_returns=tuple(logged.returns),
+        episode_lengths=tuple(logged.lengths),
+        seconds=time.perf_counter() - t,
+    )
 
 
 def greedy_actions(model: DQN, obs: np.ndarray) -> np.ndarray:
@@ -173,7 +178,7 @@ def load(path: str | Path, device: str = "cpu") -> DQN:
     return DQN.load(path, device=resolve_device(device))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CheckpointedDQN:
     """A trained (or reloaded) agent and where its checkpoint lies.
 
@@ -190,18 +195,27 @@ class CheckpointedDQN:
     path: str | None
 
 
-def checkpointed_dqn(folder: str | None, name: str, reuse: bool, train: Callable[[], TrainedDQN],
-                     device: str = "cpu") -> CheckpointedDQN:
+def checkpointed_dqn(
+    folder: str | None, name: str, reuse: bool, train: Callable[[], TrainedDQN], device: str = "cpu"
+) -> CheckpointedDQN:
     """Train an agent with ``train`` and save it as ``folder/name``, or with ``reuse`` load it from there.
 
     The training curve and wall time are saved beside the archive (see
     :func:`repro.checkpoints.trained`), so a redrawn chapter has them too.
     """
+
     def run_training() -> tuple[DQN, dict]:
         t = train()
         return t.model, {"returns": list(t.episode_returns), "lengths": list(t.episode_lengths), "seconds": t.seconds}
 
     done = trained(folder, name, reuse, run_training, save, lambda path: load(path, device))
     x = done.extras
-    return CheckpointedDQN(TrainedDQN(done.model, tuple(x["returns"]), tuple(x["lengths"]), float(x["seconds"])),
-                           None if done.path is None else str(done.path))
+    return CheckpointedDQN(
+        trained=TrainedDQN(
+            model=done.model,
+            episode_returns=tuple(x["returns"]),
+            episode_lengths=tuple(x["lengths"]),
+            seconds=float(x["seconds"]),
+        ),
+        path=None if done.path is None else str(done.path),
+    )

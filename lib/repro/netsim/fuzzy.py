@@ -80,7 +80,7 @@ def memberships(x: np.ndarray) -> np.ndarray:
                      fuzz.trimf(u, [0.5, 1.0, 1.0])], axis=-1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ConstantTheta:
     """A pinned controller: the same ``theta`` for every device and slot."""
 

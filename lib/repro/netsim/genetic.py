@@ -28,7 +28,7 @@ def _types() -> tuple[type, type]:
     return getattr(creator, _FITNESS), getattr(creator, _INDIVIDUAL)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GAConfig:
     """Settings of the integer GA (defaults: the reconstruction in the crowdsense-freq spec).
 
@@ -58,7 +58,7 @@ class GAConfig:
     elite: int = 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GAResult:
     """Best individual, its fitness, and the best fitness of every generation (generation 0 = seeds)."""
 
@@ -132,6 +132,6 @@ def integer_ga(fitness: Callable[[np.ndarray], np.ndarray], genes: int, high: in
             evaluate(pop)
             history.append(max(i.fitness.values[0] for i in pop))
         best = tools.selBest(pop, 1)[0]
-        return GAResult(np.array(best, dtype=int), float(best.fitness.values[0]), tuple(history))
+        return GAResult(best=np.array(best, dtype=int), fitness=float(best.fitness.values[0]), history=tuple(history))
     finally:
         random.setstate(state)

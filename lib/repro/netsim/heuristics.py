@@ -21,7 +21,7 @@ def _deadline(info: dict, delta_s: float, margin_s: float) -> np.ndarray:
     return (info["age_s"] >= delta_s - margin_s) & (info["free_ratio"] < 1.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AllCellular:
     """Every packet over 4G at once (the cost reference: 100 %)."""
 
@@ -30,7 +30,7 @@ class AllCellular:
         return np.full(len(obs["state"]), CELL)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FixedProbability:
     """Use a Wi-Fi option (RSU first, else a neighbour) with probability ``p`` when one exists; 4G at the deadline.
 
@@ -59,7 +59,7 @@ class FixedProbability:
         return action
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GreedyOpportunistic:
     """RSU when in range, else a neighbour with more free buffer, else wait; 4G at the deadline.
 
@@ -84,7 +84,7 @@ class GreedyOpportunistic:
         return action
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RandomAllowed:
     """A uniformly random allowed action per device (or per task)."""
 
@@ -96,7 +96,7 @@ class RandomAllowed:
         return np.argmax(rng.random(mask.shape) * mask + mask, axis=1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FixedPath:
     """Always the same offloading path (``0`` all-RSU edge, ``1`` all-cloud over V2C)."""
 
@@ -107,7 +107,7 @@ class FixedPath:
         return self.path
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GreedyLatency:
     """The path with the smallest latency estimated from the current queue backlogs."""
 

@@ -21,7 +21,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CitySpec:
     """The shape of a synthetic city and its fleet.
 
@@ -66,7 +66,7 @@ class CitySpec:
         return int(round(self.horizon_s / self.dt))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fleet:
     """Sampled trajectories of a fleet.
 
@@ -190,7 +190,7 @@ def generate_fleet(spec: CitySpec, seed: int) -> Fleet:
             total += (len(leg) - 1) * spec.block_m
         pts, cum = _polyline(g, path)
         pos[:, v] = _along(pts, cum, speed * t)
-    return Fleet(pos, np.arange(n) < spec.buses, route_of, spec.dt)
+    return Fleet(positions=pos, is_bus=np.arange(n) < spec.buses, route_of=route_of, dt=spec.dt)
 
 
 def place_rsus(spec: CitySpec, count: int, seed: int, centre_share: float = 0.0,
@@ -277,7 +277,7 @@ def nearest_neighbours(points: np.ndarray, radius: float) -> tuple[np.ndarray, n
     return nb.astype(int), counts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoadTraffic:
     """Vehicles on a straight road: entry time at x = 0 and constant speed.
 
@@ -316,4 +316,4 @@ def poisson_road_traffic(rate: float, length_m: float, horizon_s: float, speed_m
     n = rng.poisson(rate * (horizon_s + lead))
     entry = np.sort(rng.uniform(-lead, horizon_s, size=n))
     speed = rng.uniform(speed_min, speed_max, size=n)
-    return RoadTraffic(entry, speed, float(length_m))
+    return RoadTraffic(entry=entry, speed=speed, length_m=float(length_m))

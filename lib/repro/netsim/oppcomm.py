@@ -46,7 +46,7 @@ ENV_ID = "repro/OppComm-v0"
 CAPACITY_BINS = 3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OppCommConfig:
     """Scenario of the opportunistic-communication simulator.
 
@@ -110,7 +110,7 @@ class OppCommConfig:
         return (len(self.age_edges) + 2) * CAPACITY_BINS * (CAPACITY_BINS + 1) * 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpisodeStats:
     """What one episode delivered, counted per packet.
 

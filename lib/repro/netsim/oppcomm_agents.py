@@ -20,7 +20,7 @@ from repro.netsim.oppcomm import ACTIONS, OppCommConfig, OppCommEnv
 from repro.netsim.qlearning import QLearningConfig, TabularQ, env_rewards, play_episode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Scenario:
     """One opportunistic-communication scenario.
 
@@ -58,7 +58,7 @@ class Scenario:
                              gen_interval_s=self.gen_interval_s, delta_s=self.delta_s, theta=theta)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Outcome:
     """What one policy achieved in one episode.
 
@@ -87,13 +87,23 @@ class Outcome:
 
 def _outcome(env: OppCommEnv) -> Outcome:
     s = env.stats()
-    return Outcome(s.cost_4g_percent, s.compliance_percent, 100.0 - s.compliance_percent,
-                   100.0 * s.sent_rsu / max(s.generated, 1))
+    return Outcome(
+        cost_4g_percent=s.cost_4g_percent,
+        compliance_percent=s.compliance_percent,
+        late_percent=100.0 - s.compliance_percent,
+        rsu_percent=100.0 * s.sent_rsu / max(s.generated, 1),
+    )
 
 
-def train_q_agents(scenario: Scenario, episodes: int, seed: int, qconfig: QLearningConfig, theta: float = 0.5,
-                   reward_fn: Callable[[dict, dict], np.ndarray] = env_rewards,
-                   desc: str = "Q-learning") -> tuple[TabularQ, list[Outcome]]:
+def train_q_agents(
+    scenario: Scenario,
+    episodes: int,
+    seed: int,
+    qconfig: QLearningConfig,
+    theta: float = 0.5,
+    reward_fn: Callable[[dict, dict], np.ndarray] = env_rewards,
+    desc: str = "Q-learning",
+) -> tuple[TabularQ, list[Outcome]]:
     """Train Q-tables for ``episodes`` episodes on the mobility of ``seed``.
 
     Parameters
@@ -129,7 +139,7 @@ def train_q_agents(scenario: Scenario, episodes: int, seed: int, qconfig: QLearn
     return agent, curve
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainedAgents:
     """Q-tables with their learning curve, trained now or loaded from a checkpoint.
 
@@ -148,25 +158,32 @@ class TrainedAgents:
     path: str | None
 
 
-def checkpointed_q_agents(folder: str | None, name: str, reuse: bool, qconfig: QLearningConfig,
-                          train: Callable[[], tuple[TabularQ, list[Outcome]]]) -> TrainedAgents:
+def checkpointed_q_agents(
+    folder: str | None, name: str, reuse: bool, qconfig: QLearningConfig, train: Callable[[], tuple[TabularQ, list[Outcome]]]
+) -> TrainedAgents:
     """Train Q-tables with ``train`` and save them as ``folder/name`` (``.npy``), or with ``reuse`` load them.
 
     The learning curve is saved beside the tables (see :func:`repro.checkpoints.trained`), so a
     redrawn chapter has its curves too.
     """
+
     def run_training() -> tuple[TabularQ, dict]:
         agent, curve = train()
         return agent, {"curve": [asdict(o) for o in curve]}
 
-    done = trained(folder, name, reuse, run_training, lambda agent, path: agent.save(path),
-                   lambda path: TabularQ.load(path, qconfig))
-    return TrainedAgents(done.model, tuple(Outcome(**o) for o in done.extras["curve"]),
-                         None if done.path is None else str(done.path))
+    done = trained(
+        folder, name, reuse, run_training, lambda agent, path: agent.save(path), lambda path: TabularQ.load(path, qconfig)
+    )
+    return TrainedAgents(
+        agent=done.model,
+        curve=tuple(Outcome(**o) for o in done.extras["curve"]),
+        path=None if done.path is None else str(done.path),
+    )
 
 
-def evaluate(scenario: Scenario, seed: int, act: Callable[[dict, dict, np.random.Generator], np.ndarray],
-             theta: float = 0.5) -> Outcome:
+def evaluate(
+    scenario: Scenario, seed: int, act: Callable[[dict, dict, np.random.Generator], np.ndarray], theta: float = 0.5
+) -> Outcome:
     """Play ``act(obs, info, rng)`` for one episode on the mobility of ``seed`` (no learning)."""
     env = OppCommEnv(scenario.config(theta))
     rng = np.random.default_rng([seed, 29])
@@ -177,4 +194,3 @@ def evaluate(scenario: Scenario, seed: int, act: Callable[[dict, dict, np.random
 def greedy_q(agent: TabularQ) -> Callable[[dict, dict, np.random.Generator], np.ndarray]:
     """The learned policy with exploration off."""
     return lambda obs, info, rng: agent.greedy(obs["state"], obs["mask"])
-

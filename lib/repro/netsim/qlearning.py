@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QLearningConfig:
     """Hyper-parameters of tabular Q-learning.
 

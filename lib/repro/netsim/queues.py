@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Hop:
     """One job's passage through one FIFO resource."""
 
@@ -25,7 +25,7 @@ class Hop:
         return self.start - self.arrival
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FifoResource:
     """A first-in-first-out link or server.
 
@@ -61,7 +61,7 @@ class FifoResource:
             raise ValueError(f"negative service time {service}")
         start = max(arrival, self.free_at)
         self.free_at = start + service
-        return Hop(self.name, arrival, start, self.free_at + self.fixed_delay)
+        return Hop(resource=self.name, arrival=arrival, start=start, finish=self.free_at + self.fixed_delay)
 
     def reset(self) -> None:
         """Empty the resource."""

@@ -38,7 +38,7 @@ OBS_DIM = 10
 OBS_HIGH = 1e6  # backlogs of a saturated queue grow without bound; observations are clipped here
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class V2XConfig:
     """Scenario of the three-tier V2X simulator (every constant assumed; see the v2x-dqn chapter).
 
@@ -99,7 +99,7 @@ class V2XConfig:
         return self.bandwidth_hz * np.log2(1.0 + snr)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskRecord:
     """One offloaded task: when it was generated, its serving RSU, the path chosen and its latency.
 
@@ -158,11 +158,11 @@ class ThreeTierV2XEnv(gym.Env):
         c = self.config
         self.coverage = CoverageIndex(np.column_stack([c.rsu_x, np.zeros(len(c.rsu_x))]), c.rsu_radius_m)
         n = len(c.rsu_x)
-        self.rsu_up = [FifoResource(f"rsu{k}-up") for k in range(n)]
-        self.rsu_cpu = [FifoResource(f"rsu{k}-cpu", rate=c.rsu_hz) for k in range(n)]
-        self.i2c = [FifoResource(f"rsu{k}-i2c", rate=c.i2c_bps) for k in range(n)]
-        self.v2c = FifoResource("v2c", rate=c.v2c_bps)
-        self.gnb_cloud = FifoResource("gnb-cloud", rate=c.gnb_cloud_bps, fixed_delay=c.gnb_cloud_delay_s)
+        self.rsu_up = [FifoResource(name=f"rsu{k}-up") for k in range(n)]
+        self.rsu_cpu = [FifoResource(name=f"rsu{k}-cpu", rate=c.rsu_hz) for k in range(n)]
+        self.i2c = [FifoResource(name=f"rsu{k}-i2c", rate=c.i2c_bps) for k in range(n)]
+        self.v2c = FifoResource(name="v2c", rate=c.v2c_bps)
+        self.gnb_cloud = FifoResource(name="gnb-cloud", rate=c.gnb_cloud_bps, fixed_delay=c.gnb_cloud_delay_s)
 
     def _draw_tasks(self, rng: np.random.Generator) -> None:
         c = self.config
@@ -247,7 +247,10 @@ class ThreeTierV2XEnv(gym.Env):
         else:
             raise ValueError(f"action must be 0, 1 or 2, got {action!r}")
         latency = finish - t
-        self.records.append(TaskRecord(float(t), int(v), int(k), a, float(size), float(latency), float(pure)))
+        self.records.append(
+            TaskRecord(time=float(t), vehicle=int(v), rsu=int(k), path=a, size_bit=float(size), latency=float(latency),
+                       transmission_and_processing=float(pure)),
+        )
         reward = -c.miss_penalty if latency > c.deadline_s else -latency / c.deadline_s
         self.i += 1
         obs = self._observe()

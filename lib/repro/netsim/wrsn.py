@@ -30,7 +30,7 @@ from scipy.spatial import cKDTree
 ENV_ID = "repro/WRSNCharging-v0"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WRSNConfig:
     """Scenario of the WRSN simulator (paper-code constants where known, the rest assumed).
 
@@ -101,7 +101,7 @@ def charge_rate(cfg: WRSNConfig, distance: np.ndarray) -> np.ndarray:
     return cfg.alpha / (np.asarray(distance, dtype=float) + cfg.beta) ** 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Topology:
     """Sensor, target and base positions of one network."""
 
@@ -171,7 +171,7 @@ def generate_topology(cfg: WRSNConfig, rng: np.random.Generator, tries: int = 20
         rad = cfg.sensing_m * 0.8 * np.sqrt(rng.random(cfg.targets))
         near = np.clip(targets + np.column_stack([rad * np.cos(ang), rad * np.sin(ang)]), 0, cfg.field_m)
         rest = rng.uniform(0, cfg.field_m, (cfg.sensors - cfg.targets, 2))
-        topo = Topology(np.vstack([near, rest]), targets, base)
+        topo = Topology(sensors=np.vstack([near, rest]), targets=targets, base=base)
         if routing(cfg, topo, np.ones(cfg.sensors, dtype=bool))[2]:
             return topo
     raise ValueError(f"no covered and connected topology in {tries} draws; raise comm_m or sensors")

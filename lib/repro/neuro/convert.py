@@ -22,7 +22,7 @@ from repro.datasets import Dataset
 from repro.models import mlp
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SpikingNetwork:
     """An integer-weight spiking MLP.
 
@@ -98,7 +98,7 @@ def convert(model: nn.Sequential, x_train: np.ndarray, percentile: float, scale:
         weights.append(np.round(w * scale))
         biases.append(np.round(b * scale))
         prev = lam
-    return SpikingNetwork(tuple(weights), tuple(biases), float(scale))
+    return SpikingNetwork(weights=tuple(weights), biases=tuple(biases), threshold=float(scale))
 
 
 def input_spikes(x: np.ndarray, ticks: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeviceModel:
     """Analog constraints of a core.
 
@@ -61,7 +61,7 @@ def adc(current: np.ndarray, device: DeviceModel, threshold: float) -> np.ndarra
     return np.round(np.clip(current, -full, full) / step) * step
 
 
-@dataclass
+@dataclass(kw_only=True)
 class NeuronGroup:
     """The neurons of one ``(layer, out_block)`` and the crossbars feeding them.
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tile:
     """One crossbar core: rows ``in_lo:in_hi`` of layer ``layer``'s inputs, columns ``out_lo:out_hi``."""
 
@@ -37,8 +37,17 @@ def tile_network(sizes: list[int], axons: int, neurons: int) -> list[Tile]:
     for layer, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         for ob in range(math.ceil(fan_out / neurons)):
             for ib in range(math.ceil(fan_in / axons)):
-                tiles.append(Tile(layer, ib, ob, ib * axons, min((ib + 1) * axons, fan_in), ob * neurons,
-                                  min((ob + 1) * neurons, fan_out)))
+                tiles.append(
+                    Tile(
+                        layer=layer,
+                        in_block=ib,
+                        out_block=ob,
+                        in_lo=ib * axons,
+                        in_hi=min((ib + 1) * axons, fan_in),
+                        out_lo=ob * neurons,
+                        out_hi=min((ob + 1) * neurons, fan_out),
+                    )
+                )
     return tiles
 
 
@@ -77,7 +86,7 @@ def xy_route(src: tuple[int, int], dst: tuple[int, int]) -> list[tuple[tuple[int
     return links
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrafficCounter:
     """Packets between core pairs, accumulated over ticks, then turned into hop and link statistics."""
 
@@ -95,7 +104,7 @@ class TrafficCounter:
         """The same packets between the same cores, with the cores placed at ``coords`` instead."""
         if coords.shape != self.coords.shape:
             raise ValueError(f"need {self.coords.shape} coordinates, got {coords.shape}")
-        moved = TrafficCounter(coords)
+        moved = TrafficCounter(coords=coords)
         moved.pairs = self.pairs.copy()
         return moved
 

@@ -27,7 +27,7 @@ from repro.neuro.core import DeviceModel, NeuronGroup, program
 from repro.neuro.mapping import Tile, TrafficCounter, place, tile_network
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChipConfig:
     """Architecture of the simulated chip.
 
@@ -50,7 +50,7 @@ class ChipConfig:
     device: DeviceModel = field(default_factory=DeviceModel)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Chip:
     """A network mapped onto a chip: tiles, their mesh coordinates and the programmed neuron groups."""
 
@@ -84,13 +84,13 @@ def build_chip(network: SpikingNetwork, config: ChipConfig, seed: int) -> Chip:
         members = [t for t in tiles if t.layer == layer and t.out_block == ob]
         w = network.weights[layer]
         groups.append(NeuronGroup(
-            layer, members[0].out_lo, members[0].out_hi, [(t.in_lo, t.in_hi) for t in members],
-            [program(w[t.in_lo:t.in_hi, t.out_lo:t.out_hi], config.device, rng) for t in members],
-            network.biases[layer][members[0].out_lo:members[0].out_hi]))
-    return Chip(config, network, tiles, coords, groups, home)
+            layer=layer, out_lo=members[0].out_lo, out_hi=members[0].out_hi, in_slices=[(t.in_lo, t.in_hi) for t in members],
+            crossbars=[program(w[t.in_lo:t.in_hi, t.out_lo:t.out_hi], config.device, rng) for t in members],
+            bias=network.biases[layer][members[0].out_lo:members[0].out_hi]))
+    return Chip(config=config, network=network, tiles=tiles, coords=coords, groups=groups, home=home)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunResult:
     """Spikes and statistics of a run.
 
@@ -146,7 +146,7 @@ def reference_run(network: SpikingNetwork, inputs: np.ndarray) -> RunResult:
             new.append(s)
             out[layer][t] = s.numpy()
         prev = [torch.from_numpy(inputs[t])] + new[:-1]
-    return RunResult(out)
+    return RunResult(spikes=out)
 
 
 def _step_groups(groups: list[NeuronGroup], state: list[np.ndarray], prev: list[np.ndarray], device: DeviceModel,
@@ -195,7 +195,7 @@ def chip_run(chip: Chip, inputs: np.ndarray, workers: int = 1) -> RunResult:
             if c.recv() != "ready":
                 raise RuntimeError("a simulation worker failed to start")
     local_state = [np.zeros((batch, g.out_hi - g.out_lo)) for g in chip.groups]
-    traffic = TrafficCounter(chip.coords)
+    traffic = TrafficCounter(coords=chip.coords)
     dests = [chip.destinations(layer) for layer in range(n_layers)]
     group_tiles = [[i for i, t in enumerate(chip.tiles) if t.layer == g.layer and t.out_lo == g.out_lo]
                    for g in chip.groups]  # home tile first (tiles are listed by in_block)
@@ -250,5 +250,16 @@ def chip_run(chip: Chip, inputs: np.ndarray, workers: int = 1) -> RunResult:
             p.join(timeout=10)
     loads = traffic.link_loads()
     spike_packets = traffic.packets - partial
-    return RunResult(out, events, spike_packets, partial, expected, traffic.hops, sum(loads.values()),
-                     max(loads.values(), default=0), core_seconds, wall, traffic)
+    return RunResult(
+        spikes=out,
+        synaptic_events=events,
+        spike_packets=spike_packets,
+        partial_packets=partial,
+        expected_spike_packets=expected,
+        hops=traffic.hops,
+        link_traversals=sum(loads.values()),
+        max_link_load=max(loads.values(), default=0),
+        core_seconds=core_seconds,
+        wall_seconds=wall,
+        traffic=traffic,
+    )

@@ -40,7 +40,7 @@ def random_network(sizes: list[int], input_rate: float, seed: int, weight_scale:
     weights = tuple(np.round(rng.normal(0.0, weight_scale, size=(a, b))) for a, b in zip(sizes[:-1], sizes[1:]))
     biases = tuple(np.zeros(b) for b in sizes[1:])
     threshold = float(max(1, round(threshold_sigmas * weight_scale * math.sqrt(sizes[0] * input_rate))))
-    return SpikingNetwork(weights, biases, threshold)
+    return SpikingNetwork(weights=weights, biases=biases, threshold=threshold)
 
 
 def poisson_inputs(ticks: int, batch: int, features: int, rate: float, seed: int) -> np.ndarray:

@@ -36,7 +36,7 @@ BRANIN_ARGMINS = np.array([[-np.pi, 12.275], [np.pi, 2.275], [3.0 * np.pi, 2.475
 """The three global minimisers of the 2-D Branin function."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SyntheticFunction:
     """A vectorised black-box function on a box, with its known optimum.
 
@@ -166,7 +166,16 @@ def ackley(dim: int, bounds: tuple[float, float] = (-32.768, 32.768)) -> Synthet
     lo, hi = _box(dim, *bounds)
     x_star = np.zeros(dim)
     _check_optimum_inside("ackley", x_star, lo, hi)
-    return SyntheticFunction("ackley", dim, lo, hi, "min", 0.0, x_star, _ackley_values)
+    return SyntheticFunction(
+        name="ackley",
+        dim=dim,
+        lower=lo,
+        upper=hi,
+        sense="min",
+        optimum_value=0.0,
+        optimum_x=x_star,
+        fn=_ackley_values,
+    )
 
 
 def _rosenbrock_values(x: np.ndarray) -> np.ndarray:
@@ -194,7 +203,9 @@ def rosenbrock(dim: int, bounds: tuple[float, float] = (-5.0, 10.0)) -> Syntheti
     lo, hi = _box(dim, *bounds)
     x_star = np.ones(dim)
     _check_optimum_inside("rosenbrock", x_star, lo, hi)
-    return SyntheticFunction("rosenbrock", dim, lo, hi, "min", 0.0, x_star, _rosenbrock_values)
+    return SyntheticFunction(
+        name="rosenbrock", dim=dim, lower=lo, upper=hi, sense="min", optimum_value=0.0, optimum_x=x_star, fn=_rosenbrock_values
+    )
 
 
 def _levy_values(x: np.ndarray) -> np.ndarray:
@@ -227,7 +238,9 @@ def levy(dim: int, bounds: tuple[float, float] = (-10.0, 10.0)) -> SyntheticFunc
     lo, hi = _box(dim, *bounds)
     x_star = np.ones(dim)
     _check_optimum_inside("levy", x_star, lo, hi)
-    return SyntheticFunction("levy", dim, lo, hi, "min", 0.0, x_star, _levy_values)
+    return SyntheticFunction(
+        name="levy", dim=dim, lower=lo, upper=hi, sense="min", optimum_value=0.0, optimum_x=x_star, fn=_levy_values
+    )
 
 
 def _branin2(x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
@@ -268,10 +281,19 @@ def branin(dim: int = 2) -> SyntheticFunction:
     lo = np.tile([-5.0, 0.0], dim // 2)
     hi = np.tile([10.0, 15.0], dim // 2)
     x_star = np.tile(BRANIN_ARGMINS[1], dim // 2)
-    return SyntheticFunction("branin", dim, lo, hi, "min", float(dim // 2 * BRANIN_MIN), x_star, _branin_sum_values)
+    return SyntheticFunction(
+        name="branin",
+        dim=dim,
+        lower=lo,
+        upper=hi,
+        sense="min",
+        optimum_value=float(dim // 2 * BRANIN_MIN),
+        optimum_x=x_star,
+        fn=_branin_sum_values,
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RFFParams:
     """Random-Fourier-feature weights of one GP sample.
 
@@ -319,9 +341,7 @@ class RFFParams:
         return -self.scale * (np.sin(z) * self.weight) @ self.omega
 
 
-def rff_params(
-    dim: int, seed: int, *, lengthscale: float = 1.0, outputscale: float = 1.0, n_features: int = 512
-) -> RFFParams:
+def rff_params(dim: int, seed: int, *, lengthscale: float = 1.0, outputscale: float = 1.0, n_features: int = 512) -> RFFParams:
     """Draw the random-Fourier-feature weights of an RBF-kernel GP prior sample.
 
     For the kernel ``k(x, x') = outputscale * exp(-|x - x'|^2 / (2 lengthscale^2))``,
@@ -353,7 +373,7 @@ def rff_params(
     omega = rng.standard_normal((n_features, dim)) / lengthscale
     phase = rng.uniform(0.0, 2.0 * np.pi, size=n_features)
     weight = rng.standard_normal(n_features)
-    return RFFParams(omega, phase, weight, float(np.sqrt(2.0 * outputscale / n_features)))
+    return RFFParams(omega=omega, phase=phase, weight=weight, scale=float(np.sqrt(2.0 * outputscale / n_features)))
 
 
 def _polish_max(params: RFFParams, starts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, float]:
@@ -421,7 +441,15 @@ def rff_gp_sample(
         if pv > f_star:
             x_star, f_star = px, pv
     return SyntheticFunction(
-        "gp_rff", dim, lo, hi, "max", f_star, np.asarray(x_star, dtype=np.float64), params.values, optimum_exact=False
+        name="gp_rff",
+        dim=dim,
+        lower=lo,
+        upper=hi,
+        sense="max",
+        optimum_value=f_star,
+        optimum_x=np.asarray(x_star, dtype=np.float64),
+        fn=params.values,
+        optimum_exact=False,
     )
 
 

@@ -55,7 +55,7 @@ def rbf_kernel(a: torch.Tensor, b: torch.Tensor, lengthscale: float, outputscale
     return outputscale * torch.exp(-0.5 * torch.clamp(d2, min=0.0) / lengthscale**2)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GPData:
     """A GP's training data and RBF hyper-parameters, checked.
 
@@ -82,8 +82,8 @@ class GPData:
         """Check shapes and hyper-parameters (``ValueError`` on a bad one) and build the record."""
         x = as_2d("x", x)
         y = as_1d("y", y, n=x.shape[0])
-        return cls(x, y, check_positive("lengthscale", lengthscale), check_positive("outputscale", outputscale),
-                   check_positive("noise", noise))
+        return cls(x=x, y=y, lengthscale=check_positive("lengthscale", lengthscale),
+                   outputscale=check_positive("outputscale", outputscale), noise=check_positive("noise", noise))
 
 
 class GPPosteriorMean:
@@ -288,7 +288,7 @@ def gp_ensemble(
     return members
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DesignPairs:
     """Pairs of designs from the same seed, one descended and one ascended.
 
@@ -316,9 +316,8 @@ class DesignPairs:
         """Concatenate several sets of pairs."""
         if not parts:
             raise ValueError("parts must not be empty")
-        return DesignPairs(
-            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("x_low", "x_high", "y_low", "y_high", "function_index"))
-        )
+        fields = ("x_low", "x_high", "y_low", "y_high", "function_index")
+        return DesignPairs(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in fields})
 
 
 def sample_design_pairs(
@@ -377,7 +376,13 @@ def sample_design_pairs(
     y_low, y_high = vals[:m].numpy(), vals[m:].numpy()
     keep = (y_high - y_low) > threshold
     xn = x.double().numpy()
-    return DesignPairs(xn[:m][keep], xn[m:][keep], y_low[keep], y_high[keep], np.full(int(keep.sum()), function_index))
+    return DesignPairs(
+        x_low=xn[:m][keep],
+        x_high=xn[m:][keep],
+        y_low=y_low[keep],
+        y_high=y_high[keep],
+        function_index=np.full(int(keep.sum()), function_index),
+    )
 
 
 def build_root_pairs(

@@ -44,7 +44,7 @@ SURROGATE_OPTIMIZERS = ("grad_ascent", "cma_es", "genetic")
 """Optimisers that search a trained surrogate."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MethodSpec:
     """A method of a grid: a display label, a pipeline method name and its overrides.
 
@@ -78,7 +78,7 @@ def as_method_spec(method: str | MethodSpec) -> MethodSpec:
         return method
     if not isinstance(method, str):
         raise ValueError(f"methods must be names or MethodSpec objects, got {type(method).__name__}")
-    return MethodSpec(method, method)
+    return MethodSpec(label=method, method=method)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,7 +148,7 @@ class GridSettings:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class GridResult:
     """What :func:`run_grid` returns.
 
@@ -419,7 +419,13 @@ def run_grid(
                 rows.append(row)
                 bar.update(1)
     bar.close()
-    return GridResult(pd.DataFrame(rows), scores, cands, {t.name: t for t in tasks}, labels)
+    return GridResult(
+        rows=pd.DataFrame(rows),
+        scores=scores,
+        candidates_z=cands,
+        tasks={t.name: t for t in tasks},
+        methods=labels,
+    )
 
 
 def run_chapter_grid(
@@ -447,8 +453,15 @@ def run_chapter_grid(
     """
     tasks = settings.build_tasks() if tasks is None else tasks
     with torch_threads(1):
-        return run_grid(tasks, methods, settings.seeds, n_candidates=settings.n_candidates,
-                        surrogate=settings.surrogate_config(), search=settings.search_config(), **extra)
+        return run_grid(
+            tasks,
+            methods,
+            settings.seeds,
+            n_candidates=settings.n_candidates,
+            surrogate=settings.surrogate_config(),
+            search=settings.search_config(),
+            **extra,
+        )
 
 
 def _check_metric(metric: str) -> str:
@@ -566,7 +579,7 @@ def regulariser_claims(rows: pd.DataFrame, regularizer: str, metric: str = "p100
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PairedMean:
     """The mean of paired regularised-against-vanilla gains, with a Student-t confidence interval.
 
@@ -637,7 +650,14 @@ def paired_mean_gain(
     if len(values) < 2:
         raise ValueError(f"a confidence interval needs at least two (task, base, seed) pairs, got {len(values)}")
     ci = stats.ttest_1samp(values, 0.0).confidence_interval(confidence)
-    return PairedMean(float(values.mean()), float(ci.low), float(ci.high), len(values), confidence, "%" if relative else "points")
+    return PairedMean(
+        mean=float(values.mean()),
+        low=float(ci.low),
+        high=float(ci.high),
+        n=len(values),
+        confidence=confidence,
+        unit="%" if relative else "points",
+    )
 
 
 def diagnostic_reduction(rows: pd.DataFrame, regularizer: str, column: str) -> list[float]:

@@ -50,7 +50,7 @@ OPTIMIZERS = ("best_offline", "grad_ascent", "cma_es", "genetic", "root")
 REGULARIZERS = ("boss", "ignite", "ignite2")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SurrogateConfig:
     """Surrogate training settings (spec: MLP 2x64 smoke / 2x128 full).
 
@@ -73,7 +73,7 @@ class SurrogateConfig:
     device: str = "cpu"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchConfig:
     """Settings of the three surrogate optimisers.
 
@@ -102,7 +102,7 @@ class SearchConfig:
     ga_mut_sigma: float = 0.2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RootConfig:
     """ROOT settings.  Defaults are CPU-sized; the spec's code values are in brackets.
 
@@ -165,7 +165,7 @@ class RootConfig:
     device: str = "cpu"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Proposal:
     """What a method proposed, with its by-products.
 
@@ -280,7 +280,7 @@ def _finish(
 ) -> Proposal:
     """Clip z-space designs to the task's box in raw units and package them."""
     raw = np.clip(task.from_z(cz), task.lower, task.upper)
-    return Proposal(method, raw, task.to_z(raw), model, extras or {})
+    return Proposal(method=method, candidates=raw, candidates_z=task.to_z(raw), surrogate=model, extras=extras or {})
 
 
 def _top_z(task: OfflineTask, k: int) -> np.ndarray:

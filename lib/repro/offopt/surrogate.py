@@ -200,7 +200,7 @@ def data_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss: str = "m
     raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainResult:
     """A trained surrogate and its per-epoch log.
 
@@ -304,7 +304,7 @@ def train_surrogate(
         history.append({"epoch": float(epoch), "loss": tot_loss / n_batches, "penalty": tot_pen / n_batches})
     model.to("cpu")
     model.eval()
-    return TrainResult(model, history)
+    return TrainResult(model=model, history=history)
 
 
 def train_ensemble(

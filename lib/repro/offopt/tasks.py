@@ -95,7 +95,7 @@ def bottom_q_split(x: np.ndarray, y: np.ndarray, q: float) -> tuple[np.ndarray, 
     return x[kept], y[kept]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ZScore:
     """Column-wise z-scoring ``(a - mean) / std``; a zero std is replaced by 1.
 
@@ -127,7 +127,7 @@ class ZScore:
             raise ValueError("a must contain at least one row")
         std = a.std(axis=0)
         std = np.where(std > 0, std, 1.0)
-        return cls(a.mean(axis=0), std)
+        return cls(mean=a.mean(axis=0), std=std)
 
     def transform(self, a: np.ndarray) -> np.ndarray:
         """Map raw values to z-scores."""
@@ -217,7 +217,7 @@ def mean_rank(table: pd.DataFrame | Mapping[str, Mapping[str, float]], higher_is
     return pd.Series(ranks.mean(axis=1), index=df.index, name="mean_rank").sort_values(kind="stable")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OfflineTask:
     """An offline-optimisation task under the Design-Bench protocol (maximise).
 

@@ -112,7 +112,7 @@ def write_shards(directory: str | Path, x: np.ndarray, y: np.ndarray, shards: in
     return paths
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Block:
     """``count`` contiguous samples starting at ``start`` of shard ``shard`` (global ids from ``first``)."""
 
@@ -144,7 +144,7 @@ def epoch_plan(sizes: list[int], procs: int, rank: int, batch: int, k: int, seed
     first = 0
     for s, n in enumerate(sizes):
         for start in range(0, n, k * batch):
-            blocks.append(Block(s, start, min(k * batch, n - start), first + start))
+            blocks.append(Block(shard=s, start=start, count=min(k * batch, n - start), first=first + start))
         first += n
     order = np.random.default_rng([seed, epoch]).permutation(len(blocks))
     return [blocks[i] for i in order[rank::procs]]
@@ -186,7 +186,7 @@ class EmulatedStorage:
             fh.close()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoaderStats:
     """What an epoch of a loader cost: read operations, seconds the trainer waited, sample ids seen."""
 

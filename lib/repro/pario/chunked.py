@@ -31,7 +31,7 @@ MAGIC = b"RPCHUNK1"
 FILTERS = ("zlib", "identity")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Slab:
     """A hyperslab ``[start, start + count)`` of a 2-D variable (row, column)."""
 
@@ -45,7 +45,7 @@ class Slab:
               min(self.start[1] + self.count[1], other.start[1] + other.count[1]))
         if hi[0] <= lo[0] or hi[1] <= lo[1]:
             return None
-        return Slab(lo, (hi[0] - lo[0], hi[1] - lo[1]))
+        return Slab(start=lo, count=(hi[0] - lo[0], hi[1] - lo[1]))
 
     @property
     def size(self) -> int:
@@ -58,7 +58,7 @@ class Slab:
         return slice(r, r + self.count[0]), slice(c, c + self.count[1])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Variable:
     """A chunked 2-D variable.
 
@@ -105,7 +105,7 @@ class Variable:
         """The (clipped) slab of chunk ``c`` (row-major chunk numbering)."""
         i, j = divmod(c, self.grid[1])
         r0, c0 = i * self.chunk[0], j * self.chunk[1]
-        return Slab((r0, c0), (min(self.chunk[0], self.shape[0] - r0), min(self.chunk[1], self.shape[1] - c0)))
+        return Slab(start=(r0, c0), count=(min(self.chunk[0], self.shape[0] - r0), min(self.chunk[1], self.shape[1] - c0)))
 
     def chunks_of(self, slab: Slab) -> list[int]:
         """Chunks a slab touches."""
@@ -160,7 +160,7 @@ def lexmax_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(take_b[:, None], b, a)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChunkTable:
     """Where every chunk of every variable lives in the file.
 
@@ -202,8 +202,8 @@ def layout(variables: list[Variable] | tuple[Variable, ...], sizes: list[np.ndar
     flat = np.concatenate([np.asarray(s, dtype=np.int64) for s in sizes]) if sizes else np.zeros(0, np.int64)
     offs = start + np.concatenate([[0], np.cumsum(flat)[:-1]]) if flat.size else flat
     cuts = np.cumsum([0] + [v.num_chunks for v in variables])
-    return ChunkTable(tuple(variables), tuple(offs[a:b] for a, b in zip(cuts[:-1], cuts[1:])),
-                      tuple(flat[a:b] for a, b in zip(cuts[:-1], cuts[1:])))
+    return ChunkTable(variables=tuple(variables), offsets=tuple(offs[a:b] for a, b in zip(cuts[:-1], cuts[1:])),
+                      sizes=tuple(flat[a:b] for a, b in zip(cuts[:-1], cuts[1:])))
 
 
 def encode_header(table: ChunkTable) -> bytes:
@@ -224,8 +224,8 @@ def read_table(path: str | Path) -> ChunkTable:
         total = sum(v.num_chunks for v in variables)
         rows = np.frombuffer(fh.read(16 * total), dtype="<i8").reshape(total, 2)
     cuts = np.cumsum([0] + [v.num_chunks for v in variables])
-    return ChunkTable(tuple(variables), tuple(rows[a:b, 0] for a, b in zip(cuts[:-1], cuts[1:])),
-                      tuple(rows[a:b, 1] for a, b in zip(cuts[:-1], cuts[1:])))
+    return ChunkTable(variables=tuple(variables), offsets=tuple(rows[a:b, 0] for a, b in zip(cuts[:-1], cuts[1:])),
+                      sizes=tuple(rows[a:b, 1] for a, b in zip(cuts[:-1], cuts[1:])))
 
 
 def read_variable(path: str | Path, name: str, slab: Slab | None = None) -> np.ndarray:
@@ -233,7 +233,7 @@ def read_variable(path: str | Path, name: str, slab: Slab | None = None) -> np.n
     table = read_table(path)
     idx = [v.name for v in table.variables].index(name)
     var = table.variables[idx]
-    slab = slab or Slab((0, 0), var.shape)
+    slab = slab or Slab(start=(0, 0), count=var.shape)
     out = np.empty(slab.count, dtype=var.dtype)
     with open(path, "rb") as fh:
         for c in var.chunks_of(slab):
@@ -253,7 +253,7 @@ def block_cyclic_slabs(var: Variable, rank: int, grid: tuple[int, int], tile: tu
     for i in range(me_r, -(-var.shape[0] // tile[0]), pr):
         for j in range(me_c, -(-var.shape[1] // tile[1]), pc):
             r0, c0 = i * tile[0], j * tile[1]
-            out.append(Slab((r0, c0), (min(tile[0], var.shape[0] - r0), min(tile[1], var.shape[1] - c0))))
+            out.append(Slab(start=(r0, c0), count=(min(tile[0], var.shape[0] - r0), min(tile[1], var.shape[1] - c0))))
     return out
 
 

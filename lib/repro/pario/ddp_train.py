@@ -40,7 +40,7 @@ from repro.hpc.launcher import run_mpi
 from repro.pario.async_io import BlockLoader, EmulatedStorage, LoaderStats, epoch_plan, shard_sizes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Strategy:
     """A loading strategy: blocks of ``k`` mini-batches, read on the training thread or by an I/O thread."""
 
@@ -51,10 +51,10 @@ class Strategy:
 
 def strategies(ks: Sequence[int]) -> list[Strategy]:
     """The synchronous baseline, bulk reading alone, the I/O thread alone, and both, for every ``k > 1``."""
-    out = [Strategy("synchronous", 1, False), Strategy("thread only", 1, True)]
+    out = [Strategy(name="synchronous", k=1, threaded=False), Strategy(name="thread only", k=1, threaded=True)]
     for k in ks:
         if k > 1:
-            out += [Strategy(f"bulk k={k}", k, False), Strategy(f"bulk k={k} + thread", k, True)]
+            out += [Strategy(name=f"bulk k={k}", k=k, threaded=False), Strategy(name=f"bulk k={k} + thread", k=k, threaded=True)]
     return out
 
 

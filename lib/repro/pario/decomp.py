@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Requests:
     """One rank's requests: byte offsets and lengths, sorted and non-overlapping.
 
@@ -62,7 +62,7 @@ class Requests:
         keep = ln > 0
         off, ln = off[keep], ln[keep]
         order = np.argsort(off, kind="stable")
-        return cls(off[order], ln[order])
+        return cls(offsets=off[order], lengths=ln[order])
 
     @property
     def count(self) -> int:
@@ -82,10 +82,10 @@ class Requests:
         starts_new = np.concatenate([[True], self.offsets[1:] != ends[:-1]])
         first = np.flatnonzero(starts_new)
         last = np.concatenate([first[1:], [self.count]]) - 1
-        return Requests(self.offsets[first], ends[last] - self.offsets[first])
+        return Requests(offsets=self.offsets[first], lengths=ends[last] - self.offsets[first])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Decomposition:
     """Requests of every rank on one file.
 
@@ -128,7 +128,7 @@ def _from_owner(name: str, starts: np.ndarray, lengths: np.ndarray, owner: np.nd
                 file_size: int) -> Decomposition:
     """Group runs ``(starts, lengths)`` by owning rank."""
     ranks = tuple(Requests.from_pairs(starts[owner == r], lengths[owner == r]).coalesced() for r in range(p))
-    return Decomposition(name, file_size, ranks)
+    return Decomposition(name=name, file_size=file_size, ranks=ranks)
 
 
 def block(file_size: int, p: int, itemsize: int = 1) -> Decomposition:
@@ -175,7 +175,7 @@ def block_cyclic(file_size: int, p: int, block_elems: int, itemsize: int = 1) ->
     return _from_owner(f"block-cyclic(p={p}, b={block_elems})", starts, lengths, owner, p, file_size)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunTable:
     """Runs of a file and their owners, before grouping by rank.
 
@@ -211,7 +211,7 @@ def irregular_run_table(file_size: int, p: int, mean_run: int, seed: int, itemsi
     weights = (np.arange(p) + 1.0) ** -skew
     weights = rng.permutation(weights / weights.sum())
     owner = rng.choice(p, size=bounds.size - 1, p=weights)
-    return RunTable(bounds[:-1] * itemsize, np.diff(bounds) * itemsize, owner, p)
+    return RunTable(starts=bounds[:-1] * itemsize, lengths=np.diff(bounds) * itemsize, owner=owner, p=p)
 
 
 def irregular_runs(file_size: int, p: int, mean_run: int, seed: int, itemsize: int = 1,
@@ -303,7 +303,7 @@ def expected_file(decomp: Decomposition) -> bytes:
     return file_pattern(np.arange(decomp.file_size, dtype=np.int64)).tobytes()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecompSpec:
     """A decomposition by generator name and parameters, rebuilt identically on every rank.
 

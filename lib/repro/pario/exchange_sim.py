@@ -39,7 +39,7 @@ from repro.pario.kernels import EndpointModel, KernelSpec, endpoint_model, round
 from repro.pario.twophase import aggregator_ranks, file_domains, pair_counts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pattern:
     """An all-to-many pattern at scale: ``p`` senders, ``A`` aggregators, bytes per pair.
 
@@ -93,10 +93,10 @@ def irregular_pattern(p: int, ranks_per_aggregator: int, bytes_per_rank: int, me
     size = p * bytes_per_rank
     runs = irregular_run_table(size, p, mean_run, seed, skew=skew)
     counts = pair_counts(runs, file_domains(0, size, A))
-    return Pattern(p, tuple(aggregator_ranks(p, A)), counts, np.bincount(runs.owner, minlength=p))
+    return Pattern(p=p, aggregators=tuple(aggregator_ranks(p, A)), counts=counts, pieces=np.bincount(runs.owner, minlength=p))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DragonflyConstants:
     """Platform constants of the SimGrid runs (bytes/s and seconds).
 
@@ -144,7 +144,7 @@ SIMGRID_TIMEOUT_S = 6 * 3600.0
 router (about as many flows) was still running after 50 minutes under heavier load."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimPoint:
     """One SimGrid run of a kernel on a pattern.
 
@@ -179,8 +179,8 @@ def simulate_kernel(pattern: Pattern, kernel: KernelSpec | str, platform: Platfo
     table = round_table(kernel, pattern.counts, pattern.aggregators)
     schedule = to_schedule(table, pattern.counts)
     res = simulate(schedule, platform, itemsize=1, timeout=timeout, placement=placement)
-    return SimPoint(table.kernel.label, pattern.p, res.time, table.num_rounds,
-                    int((table.rounds >= 0).sum()), res.wall_s)
+    return SimPoint(kernel=table.kernel.label, p=pattern.p, time=res.time, rounds=table.num_rounds,
+                    messages=int((table.rounds >= 0).sum()), wall_s=res.wall_s)
 
 
 def model_time(pattern: Pattern, kernel: KernelSpec | str, model: EndpointModel) -> float:

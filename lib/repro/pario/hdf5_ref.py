@@ -20,7 +20,7 @@ import numpy as np
 from repro.pario.chunked import Variable, read_table
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Hdf5Comparison:
     """Our chunked file against HDF5's for the same variables.
 
@@ -79,4 +79,6 @@ def hdf5_reference(ours: str | Path, hdf5: str | Path, variables: list[Variable]
                    fields: list[np.ndarray]) -> Hdf5Comparison:
     """Write the HDF5 reference and compare it chunk by chunk with our file."""
     seconds = write_hdf5(hdf5, variables, fields)
-    return Hdf5Comparison(*compare_chunks(ours, hdf5), hdf5_write_s=seconds)
+    chunks, differing, ours_bytes, hdf5_bytes = compare_chunks(ours, hdf5)
+    return Hdf5Comparison(chunks=chunks, differing=differing, ours_bytes=ours_bytes, hdf5_bytes=hdf5_bytes,
+                          hdf5_write_s=seconds)

@@ -25,7 +25,7 @@ import numpy as np
 from repro.pario.decomp import Requests
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IntraNodeLayout:
     """Which rank is on which node, and which INA serves it.
 
@@ -76,7 +76,7 @@ class IntraNodeLayout:
         return list(range(ina, ina + self.group_size))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MergedRequests:
     """An INA's merged view of its members' requests.
 
@@ -118,11 +118,13 @@ def merge_requests(lists: list[Requests]) -> MergedRequests:
     merged = list(heapq.merge(*streams))
     if not merged:
         empty = np.zeros(0, dtype=np.int64)
-        return MergedRequests(Requests(empty, empty), empty, Requests(empty, empty))
+        return MergedRequests(
+            requests=Requests(offsets=empty, lengths=empty), order=empty, extents=Requests(offsets=empty, lengths=empty)
+        )
     off, ln, pos = (np.array(col, dtype=np.int64) for col in zip(*merged))
-    reqs = Requests(off, ln)  # checks sorted and non-overlapping
+    reqs = Requests(offsets=off, lengths=ln)  # checks sorted and non-overlapping
     order = np.repeat(pos - np.concatenate([[0], np.cumsum(ln)[:-1]]), ln) + np.arange(int(ln.sum()))
-    return MergedRequests(reqs, order, reqs.coalesced())
+    return MergedRequests(requests=reqs, order=order, extents=reqs.coalesced())
 
 
 def ina_counts(counts: np.ndarray, layout: IntraNodeLayout) -> np.ndarray:

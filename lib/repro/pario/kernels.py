@@ -44,7 +44,7 @@ UNORDERED_TEXT = "unordered"
 WINDOWED = ("scattered", "balanced")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KernelSpec:
     """A kernel name and its window (``None`` for unwindowed kernels)."""
 
@@ -63,7 +63,7 @@ class KernelSpec:
     def parse(cls, text: str) -> "KernelSpec":
         """Parse ``"unordered"``, ``"pairwise"``, ``"scattered:8"`` or ``"balanced:4"``."""
         name, _, win = text.partition(":")
-        return cls(name, int(win) if win else None)
+        return cls(name=name, window=int(win) if win else None)
 
     @property
     def label(self) -> str:
@@ -74,7 +74,7 @@ class KernelSpec:
         return self.name if self.window is None else f"{self.name}:{self.window}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoundTable:
     """Round of every (sender, aggregator) message; ``-1`` for no message.
 
@@ -169,7 +169,7 @@ def round_table(spec: KernelSpec | str, counts: np.ndarray, aggregators: tuple[i
     used = np.unique(rounds[rounds >= 0])
     remap = np.full(int(rounds.max(initial=-1)) + 2, -1, dtype=np.int64)
     remap[used] = np.arange(used.size)
-    return RoundTable(spec, tuple(int(a) for a in agg), remap[rounds])
+    return RoundTable(kernel=spec, aggregators=tuple(int(a) for a in agg), rounds=remap[rounds])
 
 
 def to_schedule(table: RoundTable, counts: np.ndarray) -> Schedule:
@@ -192,9 +192,9 @@ def to_schedule(table: RoundTable, counts: np.ndarray) -> Schedule:
         sends: dict[int, list[Send]] = {}
         recvs: dict[int, list[Recv]] = {}
         for s, a in sorted(pairs):
-            sends.setdefault(s, []).append(Send(table.aggregators[a], (s * A + a,)))
-            recvs.setdefault(table.aggregators[a], []).append(Recv(s, (s * A + a,)))
-        steps.append(tuple(Step(r, t, sends=tuple(sends.get(r, ())), recvs=tuple(recvs.get(r, ())))
+            sends.setdefault(s, []).append(Send(peer=table.aggregators[a], blocks=(s * A + a,)))
+            recvs.setdefault(table.aggregators[a], []).append(Recv(peer=s, blocks=(s * A + a,)))
+        steps.append(tuple(Step(rank=r, index=t, sends=tuple(sends.get(r, ())), recvs=tuple(recvs.get(r, ())))
                            for r in range(p)))
     everything = tuple(range(len(blocks)))
     return Schedule(name=f"two-phase exchange, {table.kernel.label}", kind="all-to-many", p=p,
@@ -203,7 +203,7 @@ def to_schedule(table: RoundTable, counts: np.ndarray) -> Schedule:
                     params={"kernel": table.kernel.label, "aggregators": table.aggregators})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EndpointModel:
     """Constants of the per-round endpoint cost model (all in seconds or bytes/s).
 
@@ -232,7 +232,7 @@ class EndpointModel:
     o1: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoundLoads:
     """What the endpoint model needs of a kernel's rounds, computed once per table.
 
@@ -273,7 +273,7 @@ def round_loads(table: RoundTable, counts: np.ndarray) -> RoundLoads:
     n_recv = np.zeros((R, A))
     np.add.at(in_bytes, (t, a_idx), nbytes)
     np.add.at(n_recv, (t, a_idx), 1.0)
-    return RoundLoads(max_out, in_bytes, n_recv)
+    return RoundLoads(max_out_bytes=max_out, in_bytes=in_bytes, n_recv=n_recv)
 
 
 def endpoint_model(table: RoundTable, counts: np.ndarray, model: EndpointModel) -> float:

@@ -41,7 +41,7 @@ from repro.pario.chunked import (
 from repro.pario.decomp import Requests
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChunkedTiming:
     """Seconds one rank spent per phase, summed over rounds, and the number of rounds (collective writes)."""
 
@@ -177,7 +177,8 @@ def chunked_write(comm: Any, path: str, variables: list[Variable], slabs: list[l
     finally:
         fh.Close()
         info.Free()
-    return ChunkedTiming(*map(float, totals), rounds=len(rounds))
+    owners, exchange, compress, io = map(float, totals)
+    return ChunkedTiming(owners_s=owners, exchange_s=exchange, compress_s=compress, io_s=io, rounds=len(rounds))
 
 
 def contiguous_requests(variables: list[Variable], slabs: list[list[Slab]]) -> tuple[Requests, list[tuple[int, Slab]]]:
@@ -193,7 +194,7 @@ def contiguous_requests(variables: list[Variable], slabs: list[list[Slab]]) -> t
         for s in ss:
             for r in range(s.start[0], s.start[0] + s.count[0]):
                 off = base + (r * var.shape[1] + s.start[1]) * item
-                runs.append((off, s.count[1] * item, i, Slab((r, s.start[1]), (1, s.count[1]))))
+                runs.append((off, s.count[1] * item, i, Slab(start=(r, s.start[1]), count=(1, s.count[1]))))
         base += var.shape[0] * var.shape[1] * item
     runs.sort(key=lambda x: x[0])
     req = Requests.from_pairs([r[0] for r in runs], [r[1] for r in runs])

@@ -28,7 +28,7 @@ from repro.pario.mpi_twophase import two_phase_write
 LAYER1_MESSAGES = 3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TamTiming:
     """One rank's view of a TAM write.
 
@@ -72,7 +72,7 @@ def _gather_to_ina(group: Any, requests: Requests, data: np.ndarray) -> tuple[Me
     if group.Get_rank() == 0:
         recv = np.empty(int(sum(sizes)), dtype=np.uint8)
         group.Gatherv(data, [recv, sizes, MPI.BYTE], root=0)
-        merged = merge_requests([Requests(np.asarray(o), np.asarray(n)) for o, n in lists])
+        merged = merge_requests([Requests(offsets=np.asarray(o), lengths=np.asarray(n)) for o, n in lists])
         return merged, recv[merged.order]
     group.Gatherv(data, None, root=0)
     return None, np.zeros(0, dtype=np.uint8)
@@ -115,12 +115,20 @@ def tam_write(comm: Any, path: str, requests: Requests, data: np.ndarray, layout
     t3 = time.perf_counter()
     group.Free()
     member = int(not is_ina)
-    return TamTiming(t1 - t0, t3 - t2, is_ina, merged.requests.count if is_ina else 0,
-                     merged.extents.count if is_ina else 0, LAYER1_MESSAGES * member, int(data.size) * member)
+    return TamTiming(
+        gather_s=t1 - t0,
+        io_s=t3 - t2,
+        is_ina=is_ina,
+        pieces_in=merged.requests.count if is_ina else 0,
+        pieces_out=merged.extents.count if is_ina else 0,
+        layer1_messages=LAYER1_MESSAGES * member,
+        layer1_bytes=int(data.size) * member,
+    )
 
 
-def tam_read(comm: Any, path: str, requests: Requests, layout: IntraNodeLayout,
-             hints: Mapping[str, str | int] | None = None) -> np.ndarray:
+def tam_read(
+    comm: Any, path: str, requests: Requests, layout: IntraNodeLayout, hints: Mapping[str, str | int] | None = None
+) -> np.ndarray:
     """Read the bytes ``requests`` selects: INAs read collectively and scatter the pieces back."""
     from mpi4py import MPI
 
@@ -129,7 +137,7 @@ def tam_read(comm: Any, path: str, requests: Requests, layout: IntraNodeLayout,
     sizes = group.gather(requests.nbytes, root=0)
     mine = np.empty(requests.nbytes, dtype=np.uint8)
     if group.Get_rank() == 0:
-        merged = merge_requests([Requests(np.asarray(o), np.asarray(n)) for o, n in lists])
+        merged = merge_requests([Requests(offsets=np.asarray(o), lengths=np.asarray(n)) for o, n in lists])
         file_order = mpiio.read_all(inas, path, merged.extents, {"cb_nodes": layout.nodes, **(hints or {})})
         member_order = np.empty_like(file_order)
         member_order[merged.order] = file_order

@@ -28,7 +28,7 @@ from repro.pario.kernels import KernelSpec, RoundTable, round_table, to_schedule
 from repro.pario.twophase import aggregator_ranks, file_domains, split_by_domain
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TwoPhaseTiming:
     """Seconds this rank spent in each part of one two-phase write.
 
@@ -131,14 +131,18 @@ def two_phase_write(comm: Any, path: str, requests: Requests, data: np.ndarray, 
     try:
         for a, r in enumerate(aggs):
             if r == me:
-                pieces = [Requests(np.asarray(o, dtype=np.int64), np.asarray(n, dtype=np.int64)) for o, n in incoming]
-                blocks = [received[offsets[s * A + a]:offsets[s * A + a + 1]] for s in range(len(pieces))]
+                pieces = [
+                    Requests(offsets=np.asarray(o, dtype=np.int64), lengths=np.asarray(n, dtype=np.int64)) for o, n in incoming
+                ]
+                blocks = [received[offsets[s * A + a] : offsets[s * A + a + 1]] for s in range(len(pieces))]
                 extents, image = place_domain(pieces, blocks)
                 mpiio.write_extents(fh, extents, image)
     finally:
         fh.Close()
     t3 = time.perf_counter()
-    return TwoPhaseTiming(t1 - t0, t2 - t1, t3 - t2, table.num_rounds, int((table.rounds >= 0).sum()))
+    return TwoPhaseTiming(
+        plan_s=t1 - t0, exchange_s=t2 - t1, write_s=t3 - t2, rounds=table.num_rounds, messages=int((table.rounds >= 0).sum())
+    )
 
 
 def place_domain(pieces: list[Requests], blocks: list[np.ndarray]) -> tuple[Requests, np.ndarray]:

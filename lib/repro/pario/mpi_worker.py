@@ -121,7 +121,7 @@ def tam_case(comm: Any, tam: dict[str, Any], per_node: int, mine: Any, data: np.
              repeats: int, mpi_digest: str, expected: str) -> dict[str, Any]:
     """One two-layer write with ``per_node`` INAs per node: times, counts and the file check (rank 0)."""
     rank = comm.Get_rank()
-    layout = IntraNodeLayout(comm.Get_size(), int(tam["ranks_per_node"]), per_node)
+    layout = IntraNodeLayout(p=comm.Get_size(), ranks_per_node=int(tam["ranks_per_node"]), per_node=per_node)
     kernel = tam.get("kernel")
     path = workdir / f"tam_{per_node}.bin"
     parts = []
@@ -240,7 +240,7 @@ def launch(nprocs: int, job: dict[str, Any], timeout: float = 120.0) -> dict[str
 
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IrregularRun:
     """One job on an E3SM-like irregular decomposition (see :func:`launch_irregular`).
 
@@ -284,8 +284,8 @@ def launch_irregular(ranks: Sequence[int], seeds: Sequence[int], file_bytes: int
     """
     for p in tqdm(ranks, desc="MPI runs (rank counts)"):
         for seed in seeds:
-            spec = DecompSpec("irregular", file_bytes, mean_run=mean_run, seed=seed)
-            yield IrregularRun(p, seed, spec, launch(p, {"decomp": spec.__dict__, **job(p)}, timeout=timeout))
+            spec = DecompSpec(kind="irregular", file_size=file_bytes, mean_run=mean_run, seed=seed)
+            yield IrregularRun(p=p, seed=seed, spec=spec, report=launch(p, {"decomp": spec.__dict__, **job(p)}, timeout=timeout))
 
 if __name__ == "__main__":
     sys.exit(main())

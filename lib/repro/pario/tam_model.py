@@ -24,7 +24,7 @@ from repro.pario.intranode import IntraNodeLayout, ina_aggregators, ina_counts
 from repro.pario.kernels import UNORDERED_TEXT, EndpointModel, RoundLoads, round_loads, round_table
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeConstants:
     """Intra-node constants of layer 1 (seconds and bytes/s).
 
@@ -43,7 +43,7 @@ class NodeConstants:
     merge: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TamTime:
     """Modelled time of the two layers (s)."""
 
@@ -84,7 +84,7 @@ def layer2_pattern(pattern: Pattern, layout: IntraNodeLayout) -> Pattern:
     """The INAs' all-to-many pattern: group sums of the counts, one global aggregator per node."""
     counts = ina_counts(pattern.counts, layout)
     pieces = pattern.pieces.reshape(-1, layout.group_size).sum(axis=1)
-    return Pattern(counts.shape[0], tuple(ina_aggregators(layout)), counts, pieces)
+    return Pattern(p=counts.shape[0], aggregators=tuple(ina_aggregators(layout)), counts=counts, pieces=pieces)
 
 
 def layer2_loads(pattern: Pattern, layout: IntraNodeLayout) -> RoundLoads:
@@ -100,7 +100,7 @@ def tam_time(pattern: Pattern, layout: IntraNodeLayout, model: EndpointModel, no
     ``loads`` are :func:`layer2_loads` of the same pattern and layout, when already computed.
     """
     loads = layer2_loads(pattern, layout) if loads is None else loads
-    return TamTime(layer1_time(pattern, layout, model, node), loads.time(model))
+    return TamTime(layer1=layer1_time(pattern, layout, model, node), layer2=loads.time(model))
 
 
 def simulate_layer2(pattern: Pattern, layout: IntraNodeLayout, platform: Platform) -> SimPoint:

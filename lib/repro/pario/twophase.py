@@ -25,7 +25,7 @@ import numpy as np
 from repro.pario.decomp import Decomposition, Requests, RunTable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FileDomain:
     """The half-open byte range ``[lo, hi)`` one aggregator owns."""
 
@@ -71,7 +71,7 @@ def file_domains(start: int, end: int, aggregators: int, stripe: int | None = No
         inner = [max(start, b // stripe * stripe) for b in bounds[1:-1]]
         bounds = [start, *inner, end]
         bounds = list(np.maximum.accumulate(bounds))
-    return [FileDomain(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [FileDomain(lo=int(lo), hi=int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def aggregator_ranks(p: int, aggregators: int) -> list[int]:
@@ -108,14 +108,14 @@ def split_by_domain(requests: Requests, domains: list[FileDomain]) -> list[Reque
         lo = np.maximum(lo_req, bounds[a])
         hi = np.minimum(hi_req, bounds[a + 1])
         keep = hi > lo
-        out.append(Requests(lo[keep], hi[keep] - lo[keep]))
+        out.append(Requests(offsets=lo[keep], lengths=hi[keep] - lo[keep]))
     covered = sum(r.nbytes for r in out)
     if covered != requests.nbytes:
         raise ValueError(f"domains cover {covered} of {requests.nbytes} requested bytes")
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExchangePlan:
     """Who sends which pieces to which aggregator in phase 1.
 
@@ -160,7 +160,12 @@ def exchange_plan(decomp: Decomposition, aggregators: int, stripe: int | None = 
     start, end = access_range(decomp)
     domains = file_domains(start, end, aggregators, stripe)
     pieces = tuple(tuple(split_by_domain(r, domains)) for r in decomp.ranks)
-    return ExchangePlan(decomp.p, tuple(aggregator_ranks(decomp.p, aggregators)), tuple(domains), pieces)
+    return ExchangePlan(
+        p=decomp.p,
+        aggregators=tuple(aggregator_ranks(decomp.p, aggregators)),
+        domains=tuple(domains),
+        pieces=pieces,
+    )
 
 
 def pair_counts(runs: RunTable, domains: list[FileDomain]) -> np.ndarray:

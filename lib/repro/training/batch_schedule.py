@@ -24,7 +24,7 @@ from torch.utils.data import BatchSampler, SubsetRandomSampler
 TRIGGERS = ("fixed", "interval", "plateau")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchSchedule:
     """The rule: initial batch and rate, cap, scaling exponent, trigger and post-switch warm-up."""
 
@@ -45,7 +45,7 @@ class BatchSchedule:
             raise ValueError("max_batch must be >= initial_batch")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Switch:
     """One adjustment: after ``epoch``, the batch went from ``old_batch`` to ``new_batch`` and the rate likewise."""
 
@@ -101,6 +101,6 @@ class BatchController:
         if self.schedule.warmup_steps > 0:
             self._ramp = (old_lr, self.lr, self.schedule.warmup_steps)
         self.losses.clear()  # a plateau is judged on the new batch's own epochs
-        sw = Switch(epoch, old_b, self.batch, old_lr, self.lr)
+        sw = Switch(epoch=epoch, old_batch=old_b, new_batch=self.batch, old_lr=old_lr, new_lr=self.lr)
         self.switches.append(sw)
         return sw

@@ -40,7 +40,7 @@ def flop_rate(model: nn.Module, batch: torch.Tensor, repeats: int = 5) -> float:
     return flops / float(np.median(times))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PingPong:
     """Half the median round-trip time for each message size in bytes."""
 
@@ -66,7 +66,7 @@ def pingpong_rank(ctx: RankContext, sizes: Sequence[int], repeats: int) -> PingP
             if i:
                 times.append((time.perf_counter() - t0) / 2)
         out.append(float(np.median(times)))
-    return PingPong(tuple(int(max(1, n // 4) * 4) for n in sizes), tuple(out))
+    return PingPong(sizes=tuple(int(max(1, n // 4) * 4) for n in sizes), seconds=tuple(out))
 
 
 def fit_alpha_beta(pp: PingPong) -> Network:
@@ -75,7 +75,7 @@ def fit_alpha_beta(pp: PingPong) -> Network:
     return Network(alpha=max(float(alpha), 0.0), beta=max(float(beta), 0.0))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DataParallelJob:
     """A tiny CNN trained data-parallel: micro-batch per rank, image size, timed and warm-up steps."""
 
@@ -114,7 +114,7 @@ def data_parallel_rank(ctx: RankContext, job: DataParallelJob) -> float:
     return float(np.median(times))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MeasureJob:
     """What every rank of one measured seed runs: ping-pong, FLOP-rate calibration, then the strategies."""
 
@@ -124,7 +124,7 @@ class MeasureJob:
     flop_repeats: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankMeasurement:
     """One rank's half-round-trip times, its FLOP rate, its median step time and one step's full gradients per strategy."""
 
@@ -144,4 +144,4 @@ def measure_rank(ctx: RankContext, job: MeasureJob) -> RankMeasurement:
     sj = job.strategies
     gen = torch.Generator().manual_seed(sj.seed)
     rate = flop_rate(sj.model, torch.randn(sj.micro_batch, 3, sj.image, sj.image, generator=gen), job.flop_repeats)
-    return RankMeasurement(pp, rate, tuple(timing_rank(ctx, sj)), gradients_rank(ctx, sj))
+    return RankMeasurement(pingpong=pp, flops_per_s=rate, timings=tuple(timing_rank(ctx, sj)), gradients=gradients_rank(ctx, sj))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Network:
     """Latency ``alpha`` (s per message) and inverse bandwidth ``beta`` (s per byte)."""
 

@@ -53,7 +53,7 @@ class IndexedDataset(Dataset):
         return int(self.x[0].numel() * self.x.element_size() + self.y.element_size())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Split:
     """A train and a test :class:`IndexedDataset` with the number of classes."""
 
@@ -91,4 +91,4 @@ def synthetic_classification(n_samples: int, n_features: int, n_informative: int
                                class_sep=class_sep, flip_y=flip_y, random_state=seed)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_fraction, stratify=y, random_state=seed)
     mu, sd = xtr.mean(0), xtr.std(0) + 1e-8
-    return Split(IndexedDataset((xtr - mu) / sd, ytr), IndexedDataset((xte - mu) / sd, yte), n_classes)
+    return Split(train=IndexedDataset((xtr - mu) / sd, ytr), test=IndexedDataset((xte - mu) / sd, yte), num_classes=n_classes)

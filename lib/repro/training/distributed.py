@@ -31,7 +31,7 @@ from repro.training.launcher import RankContext
 from repro.training.simulator import SGDConfig, build_template
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """The MLP every rank builds (see :func:`repro.training.simulator.build_template`)."""
 
@@ -47,7 +47,7 @@ class ModelSpec:
                               seed=self.seed)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupedJob:
     """Everything a rank needs; identical on every rank.
 
@@ -84,7 +84,7 @@ class GroupedJob:
     steps_per_epoch: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankReport:
     """What a rank returns: its final parameters and buffers, losses and bytes it moved."""
 
@@ -223,6 +223,6 @@ def grouped_sgd_rank(ctx: RankContext, job: GroupedJob) -> RankReport:
                 else:
                     raise ValueError(f"unknown averaging {job.averaging!r}; use 'flat' or 'sharded'")
                 vector_to_parameters(vec, params)
-    return RankReport(ctx.rank, [p.detach().numpy().copy() for p in params],
-                      [b.detach().numpy().copy() for b in model.buffers() if b.dtype.is_floating_point],
-                      losses, counts, exchanged)
+    return RankReport(rank=ctx.rank, params=[p.detach().numpy().copy() for p in params],
+                      buffers=[b.detach().numpy().copy() for b in model.buffers() if b.dtype.is_floating_point],
+                      losses=losses, collective_bytes=counts, exchange_bytes_sent=exchanged)

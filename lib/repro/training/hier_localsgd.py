@@ -58,7 +58,7 @@ def sharded_average(vec: torch.Tensor, layout: GroupLayout) -> tuple[torch.Tenso
     return torch.cat([buf[:c.numel()] for buf, c in zip(gathered, chunks)]), nbytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AveragingCost:
     """Modelled per-process bytes and time of one model averaging."""
 
@@ -69,23 +69,23 @@ class AveragingCost:
 
 def flat_averaging_cost(model_bytes: float, workers: int, net: Network) -> AveragingCost:
     """A flat ring allreduce of the whole model over all P workers."""
-    return AveragingCost("flat allreduce", ring_allreduce_bytes(model_bytes, workers),
-                         ring_allreduce_time(model_bytes, workers, net))
+    return AveragingCost(scheme="flat allreduce", bytes_per_process=ring_allreduce_bytes(model_bytes, workers),
+                         seconds=ring_allreduce_time(model_bytes, workers, net))
 
 
 def sharded_averaging_cost(model_bytes: float, num_groups: int, group_size: int, net: Network) -> AveragingCost:
     """The sharded scheme: G-way allreduce of ``d / S`` (S of them in parallel) then an S-way allgather of ``d``."""
     shard = model_bytes / group_size
     return AveragingCost(
-        "sharded hierarchical",
-        ring_allreduce_bytes(shard, num_groups) + ring_allgather_bytes(model_bytes, group_size),
-        ring_allreduce_time(shard, num_groups, net) + ring_allgather_time(model_bytes, group_size, net))
+        scheme="sharded hierarchical",
+        bytes_per_process=ring_allreduce_bytes(shard, num_groups) + ring_allgather_bytes(model_bytes, group_size),
+        seconds=ring_allreduce_time(shard, num_groups, net) + ring_allgather_time(model_bytes, group_size, net))
 
 
 def gradient_allreduce_cost(model_bytes: float, workers: int, net: Network) -> AveragingCost:
     """Synchronous SGD's per-step gradient allreduce over all P workers (same formula as flat averaging)."""
     c = flat_averaging_cost(model_bytes, workers, net)
-    return AveragingCost("per-step gradient allreduce", c.bytes_per_process, c.seconds)
+    return AveragingCost(scheme="per-step gradient allreduce", bytes_per_process=c.bytes_per_process, seconds=c.seconds)
 
 
 @torch.no_grad()

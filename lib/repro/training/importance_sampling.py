@@ -20,7 +20,7 @@ SMOOTHING = 0.1
 """Share of the mean loss added to every sample's loss before normalising."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImportanceDraw:
     """An epoch's sampler and the per-sample loss weights that unbias it."""
 
@@ -46,4 +46,4 @@ def importance_draw(losses: np.ndarray, generator: torch.Generator) -> Importanc
         p = score / score.sum()
     sampler = WeightedRandomSampler(torch.as_tensor(p, dtype=torch.double), num_samples=n, replacement=True,
                                     generator=generator)
-    return ImportanceDraw(sampler, 1.0 / (n * p))
+    return ImportanceDraw(sampler=sampler, weights=1.0 / (n * p))

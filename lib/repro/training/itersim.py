@@ -20,7 +20,7 @@ import simpy
 from repro.training.cost import Network, ring_allreduce_time
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Layer:
     """A layer's forward FLOPs per sample and its parameter count."""
 
@@ -29,7 +29,7 @@ class Layer:
     params: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Platform:
     """Effective node speed (FLOP/s), network, bytes per parameter and backward/forward cost ratio."""
 
@@ -39,7 +39,7 @@ class Platform:
     backward_ratio: float = 2.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IterationTime:
     """Simulated durations of one iteration on one node (seconds)."""
 
@@ -60,7 +60,7 @@ def _conv_stack(cfg: list, image: int, cin: int = 3) -> tuple[list[Layer], int, 
         if v == "M":
             side //= 2
             continue
-        layers.append(Layer(f"conv{k}", 2.0 * side * side * cin * v * 9, cin * v * 9 + v))
+        layers.append(Layer(name=f"conv{k}", forward_flops=2.0 * side * side * cin * v * 9, params=cin * v * 9 + v))
         cin, k = v, k + 1
     return layers, cin, side
 
@@ -72,7 +72,7 @@ def vgg_a_layers(image: int = 224, num_classes: int = 1000) -> list[Layer]:
     """VGG-A (11 weight layers): 8 convolutions and 3 FC layers, FLOPs per sample and parameters."""
     convs, c, side = _conv_stack(VGG_A_CONV, image)
     dims = [c * side * side, 4096, 4096, num_classes]
-    fcs = [Layer(f"fc{i}", 2.0 * a * b, a * b + b) for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))]
+    fcs = [Layer(name=f"fc{i}", forward_flops=2.0 * a * b, params=a * b + b) for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))]
     return convs + fcs
 
 
@@ -82,8 +82,8 @@ def conv_heavy_layers(image: int = 224, num_classes: int = 1000) -> list[Layer]:
     VGG-A's convolutions, two more 3x3 convolutions at the last scale, global pooling and one small FC layer.
     """
     convs, c, side = _conv_stack(VGG_A_CONV[:-1], image)
-    extra = [Layer(f"conv_extra{i}", 2.0 * side * side * c * c * 9, c * c * 9 + c) for i in range(2)]
-    return convs + extra + [Layer("fc", 2.0 * c * num_classes, c * num_classes + num_classes)]
+    extra = [Layer(name=f"conv_extra{i}", forward_flops=2.0 * side * side * c * c * 9, params=c * c * 9 + c) for i in range(2)]
+    return convs + extra + [Layer(name="fc", forward_flops=2.0 * c * num_classes, params=c * num_classes + num_classes)]
 
 
 def simulate_iteration(layers: list[Layer], nodes: int, batch: int, platform: Platform,
@@ -139,7 +139,12 @@ def simulate_iteration(layers: list[Layer], nodes: int, batch: int, platform: Pl
     env.process(compute())
     env.process(communicate())
     env.run()
-    return IterationTime(fwd, done["backward"] - fwd, done["busy"], max(done["backward"], done["comm"]))
+    return IterationTime(
+        forward=fwd,
+        backward=done["backward"] - fwd,
+        communication=done["busy"],
+        total=max(done["backward"], done["comm"]),
+    )
 
 
 def speedup(layers: list[Layer], nodes: int, batch: int, platform: Platform, overlap: bool) -> float:

@@ -54,7 +54,7 @@ def lr_compensation(fraction: float) -> float:
     return 1.0 / (1.0 - fraction)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Selection:
     """One epoch's split of the sample ids."""
 
@@ -121,7 +121,7 @@ class HidingState:
             hidden = cand
         mask = np.ones(n, dtype=bool)
         mask[hidden] = False
-        return Selection(np.flatnonzero(mask), np.sort(hidden), k, k - len(hidden))
+        return Selection(visible=np.flatnonzero(mask), hidden=np.sort(hidden), candidates=k, moved_back=k - len(hidden))
 
 
 def visible_sampler(selection: Selection, generator: torch.Generator) -> SubsetRandomSampler:
@@ -134,4 +134,4 @@ def random_hiding(n: int, count: int, rng: np.random.Generator) -> Selection:
     hidden = np.sort(rng.choice(n, size=count, replace=False))
     mask = np.ones(n, dtype=bool)
     mask[hidden] = False
-    return Selection(np.flatnonzero(mask), hidden, count, 0)
+    return Selection(visible=np.flatnonzero(mask), hidden=hidden, candidates=count, moved_back=0)

@@ -22,7 +22,7 @@ from torch import nn
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerRow:
     """One leaf-module call of a forward pass.
 
@@ -113,9 +113,9 @@ def layer_table(model: nn.Module, example: torch.Tensor) -> list[LayerRow]:
         x = inputs[0] if inputs else output
         w = getattr(mod, "weight", None)
         out_shape = tuple(output.shape[1:])
-        rows.append(LayerRow(names[mod], type(mod).__name__, tuple(x.shape[1:]), out_shape,
-                             tuple(w.shape) if isinstance(w, torch.Tensor) else (),
-                             sum(p.numel() for p in mod.parameters(recurse=False)), forward_flops(mod, out_shape)))
+        rows.append(LayerRow(name=names[mod], kind=type(mod).__name__, in_shape=tuple(x.shape[1:]), out_shape=out_shape,
+                             weight_shape=tuple(w.shape) if isinstance(w, torch.Tensor) else (),
+                             params=sum(p.numel() for p in mod.parameters(recurse=False)), flops=forward_flops(mod, out_shape)))
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if not list(m.children())]
     was_training = model.training

@@ -88,7 +88,7 @@ class DiskStore(HostStore):
         return torch.from_numpy(a).to(device)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SavedTensor:
     """One tensor saved for backward: the block that saved it, its shape, bytes and whether it is a parameter."""
 
@@ -110,8 +110,8 @@ class Accountant:
     def watch(self) -> Iterator[None]:
         """Record the saved tensors of the code inside the block (set :attr:`block` as blocks run)."""
         def pack(t: torch.Tensor) -> torch.Tensor:
-            self.records.append(SavedTensor(self.block, tuple(t.shape), t.numel() * t.element_size(),
-                                            t.data_ptr() in self.params))
+            self.records.append(SavedTensor(block=self.block, shape=tuple(t.shape), nbytes=t.numel() * t.element_size(),
+                                            is_parameter=t.data_ptr() in self.params))
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -182,7 +182,7 @@ def run_chain(model: nn.Sequential, x: torch.Tensor, policy: Sequence[str], stor
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BlockProfile:
     """Measured costs of one block at a given batch.
 
@@ -247,15 +247,23 @@ def profile_chain(model: nn.Sequential, x: torch.Tensor, repeats: int = 5) -> li
                 fwd.append(t1 - t0)
                 bwd.append(t3 - t2)
         block.zero_grad(set_to_none=True)
-        out.append(BlockProfile(float(np.median(fwd)), float(np.median(bwd)), act[i], h.numel() * h.element_size(),
-                                sum(p.numel() * p.element_size() for p in block.parameters())))
+        out.append(
+            BlockProfile(
+                forward_s=float(np.median(fwd)),
+                backward_s=float(np.median(bwd)),
+                activation_bytes=act[i],
+                input_bytes=h.numel() * h.element_size(),
+                weight_bytes=sum(p.numel() * p.element_size() for p in block.parameters()),
+            )
+        )
         with torch.no_grad():
             h = block(h)
     return out
 
 
-def gradients(model: nn.Sequential, x: torch.Tensor, y: torch.Tensor, policy: Sequence[str],
-              store: HostStore | None = None) -> list[torch.Tensor]:
+def gradients(
+    model: nn.Sequential, x: torch.Tensor, y: torch.Tensor, policy: Sequence[str], store: HostStore | None = None
+) -> list[torch.Tensor]:
     """Parameter gradients of the cross-entropy loss of one batch under ``policy`` (for equality checks)."""
     model.zero_grad(set_to_none=True)
     nn.functional.cross_entropy(run_chain(model, x, policy, store), y).backward()

@@ -50,7 +50,7 @@ TEMPLATES = (
 N_CLASSES = 2 * len(TOPIC_NOUNS)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TextSet:
     """Sentences and their labels (``2 * topic + positive``)."""
 
@@ -75,7 +75,7 @@ def _sentences(n: int, rng: np.random.Generator, held_out: bool, negation: float
         template = TEMPLATES[rng.integers(len(TEMPLATES))]
         texts.append(template.format(filler=FILLERS[rng.integers(len(FILLERS))], noun=nouns[rng.integers(len(nouns))],
                                      judgement=("not " if negated else "") + adjective))
-    return TextSet(tuple(texts), labels.astype(np.int64))
+    return TextSet(texts=tuple(texts), labels=labels.astype(np.int64))
 
 
 def templated_task(n_train: int, n_test: int, seed: int, negation: float = 0.3) -> tuple[TextSet, TextSet]:

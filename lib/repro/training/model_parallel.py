@@ -290,7 +290,7 @@ def allreduce_flat(grads: Sequence[torch.Tensor], average: bool) -> None:
         offset += g.numel()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StrategyJob:
     """The same model and batches for every strategy.
 
@@ -322,7 +322,7 @@ class StrategyJob:
     num_classes: int = 10
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StrategyTiming:
     """Median seconds of one SGD step of a strategy on one rank."""
 
@@ -361,7 +361,7 @@ def timing_rank(ctx: RankContext, job: StrategyJob) -> list[StrategyTiming]:
             _step(model, opt, x, y)
             if i >= job.warmup:
                 times.append(time.perf_counter() - t0)
-        out.append(StrategyTiming(strategy, float(np.median(times))))
+        out.append(StrategyTiming(strategy=strategy, seconds=float(np.median(times))))
     return out
 
 

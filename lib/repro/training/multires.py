@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FieldSet:
     """Fields ``(n, 1, size, size)`` (standardised) and standardised targets ``(n, 2)``."""
 
@@ -75,7 +75,7 @@ def make_fieldsets(n_train: int, n_val: int, size: int, seed: int) -> tuple[Fiel
     sd_x = x[:n_train].std()
     xs = torch.as_tensor((x / sd_x)[:, None], dtype=torch.float32)
     ys = torch.as_tensor((y - mu_y) / sd_y, dtype=torch.float32)
-    return FieldSet(xs[:n_train], ys[:n_train]), FieldSet(xs[n_train:], ys[n_train:])
+    return FieldSet(fields=xs[:n_train], targets=ys[:n_train]), FieldSet(fields=xs[n_train:], targets=ys[n_train:])
 
 
 def coarsen(fields: torch.Tensor, factor: int) -> torch.Tensor:

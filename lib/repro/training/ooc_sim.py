@@ -28,7 +28,7 @@ from typing import Sequence
 from repro.training.memory import POLICIES, BlockProfile
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Schedule:
     """The simulated iteration of one policy.
 
@@ -128,10 +128,16 @@ def simulate(blocks: Sequence[BlockProfile], policy: Sequence[str], bandwidth: f
         upper_start = ready
         compute = ready + work
         upper_end = compute
-    return Schedule(compute, forward_end, peak_memory(blocks, policy, prefetch), busy, moved)
+    return Schedule(
+        time=compute,
+        forward_end=forward_end,
+        peak_bytes=peak_memory(blocks, policy, prefetch),
+        compute_busy=busy,
+        transfer_busy=moved,
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """A policy with its simulated schedule; ``feasible`` when its peak fits the capacity."""
 
@@ -142,7 +148,7 @@ class Plan:
 
 def _plan(blocks, policy, bandwidth, capacity, prefetch) -> Plan:
     s = simulate(blocks, policy, bandwidth, prefetch)
-    return Plan(tuple(policy), s, s.peak_bytes <= capacity)
+    return Plan(policy=tuple(policy), schedule=s, feasible=s.peak_bytes <= capacity)
 
 
 def _better(a: Plan, b: Plan | None) -> bool:
@@ -163,7 +169,7 @@ def _local_search(blocks, start: Plan, bandwidth, capacity, allowed, prefetch) -
             for p in allowed:
                 if p == best.policy[i]:
                     continue
-                cand = _plan(blocks, best.policy[:i] + (p,) + best.policy[i + 1:], bandwidth, capacity, prefetch)
+                cand = _plan(blocks, best.policy[:i] + (p,) + best.policy[i + 1 :], bandwidth, capacity, prefetch)
                 if _better(cand, best) and _better(cand, step):
                     step = cand
         if step is None:
@@ -171,8 +177,9 @@ def _local_search(blocks, start: Plan, bandwidth, capacity, allowed, prefetch) -
         best = step
 
 
-def greedy(blocks: Sequence[BlockProfile], bandwidth: float, capacity: float, allowed: Sequence[str] = POLICIES,
-           prefetch: bool = True) -> Plan:
+def greedy(
+    blocks: Sequence[BlockProfile], bandwidth: float, capacity: float, allowed: Sequence[str] = POLICIES, prefetch: bool = True
+) -> Plan:
     """Capacity-based local search (our reconstruction of KARMA's strategy).
 
     Starts from every block on one memory-saving allowed policy (swap everything; recompute everything),
@@ -197,15 +204,22 @@ def greedy(blocks: Sequence[BlockProfile], bandwidth: float, capacity: float, al
     starts = [p for p in ("swap", "recompute") if p in allowed] or ["keep"]
     best = None
     for p in starts:
-        found = _local_search(blocks, _plan(blocks, [p] * len(blocks), bandwidth, capacity, prefetch), bandwidth,
-                              capacity, allowed, prefetch)
+        found = _local_search(
+            blocks, _plan(blocks, [p] * len(blocks), bandwidth, capacity, prefetch), bandwidth, capacity, allowed, prefetch
+        )
         if _better(found, best):
             best = found
     return best
 
 
-def exhaustive(blocks: Sequence[BlockProfile], bandwidth: float, capacity: float, allowed: Sequence[str] = POLICIES,
-               prefetch: bool = True, max_blocks: int = 10) -> Plan:
+def exhaustive(
+    blocks: Sequence[BlockProfile],
+    bandwidth: float,
+    capacity: float,
+    allowed: Sequence[str] = POLICIES,
+    prefetch: bool = True,
+    max_blocks: int = 10,
+) -> Plan:
     """The best plan over all ``len(allowed) ** L`` policies (``L <= max_blocks``)."""
     if len(blocks) > max_blocks:
         raise ValueError(f"{len(blocks)} blocks: exhaustive search is limited to {max_blocks}")

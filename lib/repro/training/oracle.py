@@ -30,7 +30,7 @@ from repro.training.layertable import LayerRow
 STRATEGIES = ("data", "filter", "channel", "spatial", "pipeline", "data+filter", "data+spatial")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlatformConstants:
     """Pluggable platform: memory per process, FLOP rate, network and value width.
 
@@ -45,10 +45,10 @@ class PlatformConstants:
     @staticmethod
     def abci() -> PlatformConstants:
         """The ABCI constants of ``paraDL-analysis/ABCI.plat``."""
-        return PlatformConstants(16e9, 7.8e12, Network(alpha=500e-9, beta=1 / 12.5e9))
+        return PlatformConstants(memory_bytes=16e9, flops_per_s=7.8e12, net=Network(alpha=500e-9, beta=1 / 12.5e9))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Prediction:
     """Per-epoch time split and memory per process of one strategy."""
 
@@ -137,7 +137,14 @@ def predict(table: Sequence[LayerRow], strategy: str, p: int, b: int, n_samples:
         iters = math.ceil(n_samples / (b * p))
         comm = iters * ring_allreduce_time(weights_bytes, p, plat.net)
         mem = _memory(table, b, 1, 1, plat)
-        return Prediction(strategy, p, math.ceil(n_samples / p) * f, comm, mem, mem <= plat.memory_bytes)
+        return Prediction(
+            strategy=strategy,
+            processes=p,
+            compute_s=math.ceil(n_samples / p) * f,
+            communication_s=comm,
+            memory_bytes=mem,
+            feasible=mem <= plat.memory_bytes,
+        )
     if strategy in ("data+filter", "data+spatial"):
         if p % p_data:
             raise ValueError(f"p_data {p_data} must divide p {p}")
@@ -145,7 +152,14 @@ def predict(table: Sequence[LayerRow], strategy: str, p: int, b: int, n_samples:
         iters = math.ceil(n_samples / (b * p_data))
         shard = weights_bytes / (p // p_data) if strategy == "data+filter" else weights_bytes
         comm = inner.communication_s + iters * ring_allreduce_time(shard, p_data, plat.net)
-        return Prediction(strategy, p, inner.compute_s, comm, inner.memory_bytes, inner.feasible)
+        return Prediction(
+            strategy=strategy,
+            processes=p,
+            compute_s=inner.compute_s,
+            communication_s=comm,
+            memory_bytes=inner.memory_bytes,
+            feasible=inner.feasible,
+        )
     iters = math.ceil(n_samples / b)
     compute = iters * b * f / p
     if strategy == "filter":
@@ -180,9 +194,15 @@ def predict(table: Sequence[LayerRow], strategy: str, p: int, b: int, n_samples:
         compute = iters * (p + segments - 1) * max(stage_s)
         sends = [2 * (plat.net.alpha + seg * s[-1].out_elements * nbytes * plat.net.beta) for s in stages[:-1]]
         per = (p + segments - 1) * (max(sends) if sends else 0.0)
-        mem = max(2.0 * (b * sum(r.in_elements + r.out_elements for r in s) + sum(r.params for r in s)) * nbytes
-                  for s in stages)
-    return Prediction(strategy, p, compute, iters * per, mem, mem <= plat.memory_bytes)
+        mem = max(2.0 * (b * sum(r.in_elements + r.out_elements for r in s) + sum(r.params for r in s)) * nbytes for s in stages)
+    return Prediction(
+        strategy=strategy,
+        processes=p,
+        compute_s=compute,
+        communication_s=iters * per,
+        memory_bytes=mem,
+        feasible=mem <= plat.memory_bytes,
+    )
 
 
 def split_stages(layers: Sequence[LayerRow], p: int) -> list[list[LayerRow]]:

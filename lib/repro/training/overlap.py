@@ -118,7 +118,7 @@ MODES = ("no_overlap", "overlap", "ddp")
 """The three ways to synchronise gradients that :func:`timing_rank` compares."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TimingJob:
     """A timing run on every rank: each seed trains every mode from the same weights on the same data.
 
@@ -150,7 +150,7 @@ class TimingJob:
     device: str = "cpu"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModeTiming:
     """One mode on one seed on one rank."""
 
@@ -204,7 +204,7 @@ def timing_rank(ctx: RankContext, job: TimingJob) -> list[ModeTiming]:
             torch.manual_seed(seed)
             model = vgg_mini(job.num_classes, job.width_divisor, job.image).to(dev)
             seconds, messages, model = _train(model, mode, x, y, job.iterations, job.lr, job.ddp_bucket_mb)
-            out.append(ModeTiming(seed, mode, seconds / job.iterations,
-                                  tuple(p.detach().cpu().numpy().copy() for p in model.parameters()),
-                                  messages / job.iterations))
+            out.append(ModeTiming(seed=seed, mode=mode, seconds_per_iteration=seconds / job.iterations,
+                                  params=tuple(p.detach().cpu().numpy().copy() for p in model.parameters()),
+                                  messages_per_iteration=messages / job.iterations))
     return out

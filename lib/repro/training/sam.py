@@ -31,7 +31,7 @@ from torch import nn
 RULES = ("top", "random", "input", "all")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepRecord:
     """What one SAM step did.
 
@@ -193,7 +193,14 @@ def sam_step(model: nn.Sequential, loss_fn: Callable[[torch.Tensor, torch.Tensor
     total = float(np.sqrt(sum(n * n for n in norms)))
     if selector is None:
         optimizer.step()
-        return StepRecord(float(loss.detach()), total, norms, (), len(blocks), 0.0)
+        return StepRecord(
+            loss=float(loss.detach()),
+            grad_norm=total,
+            layer_norms=norms,
+            selected=(),
+            first_block=len(blocks),
+            perturbation_norm=0.0,
+        )
     selected = tuple(sorted(selector(norms)))
     norm_s = float(np.sqrt(sum(norms[i] ** 2 for i in selected)))
     scale = rho / norm_s if norm_s > 0 else 0.0
@@ -221,7 +228,14 @@ def sam_step(model: nn.Sequential, loss_fn: Callable[[torch.Tensor, torch.Tensor
         for p, w in saved.items():
             p.copy_(w)
     optimizer.step()
-    return StepRecord(float(loss.detach()), total, norms, selected, start, applied ** 0.5)
+    return StepRecord(
+        loss=float(loss.detach()),
+        grad_norm=total,
+        layer_norms=norms,
+        selected=selected,
+        first_block=start,
+        perturbation_norm=applied**0.5,
+    )
 
 
 def second_pass_fraction(first_block: int, block_flops: Sequence[float]) -> float:

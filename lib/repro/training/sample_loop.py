@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Sampler
 from repro.training.data import IndexedDataset
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SampleStats:
     """Per-sample statistics of the samples one pass touched (aligned arrays)."""
 
@@ -36,17 +36,17 @@ class SampleStats:
     def concat(parts: list["SampleStats"]) -> "SampleStats":
         """Join several passes' statistics."""
         if not parts:
-            return SampleStats(np.empty(0, np.int64), np.empty(0), np.empty(0, bool), np.empty(0))
-        return SampleStats(*(np.concatenate([getattr(p, f) for p in parts])
-                             for f in ("index", "loss", "correct", "confidence")))
+            return SampleStats(index=np.empty(0, np.int64), loss=np.empty(0), correct=np.empty(0, bool), confidence=np.empty(0))
+        return SampleStats(**{f: np.concatenate([getattr(p, f) for p in parts])
+                              for f in ("index", "loss", "correct", "confidence")})
 
 
 def _stats(idx: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, losses: torch.Tensor) -> SampleStats:
     with torch.no_grad():
         prob = F.softmax(logits, dim=1)  # over classes (the released script uses dim=0, over the batch)
         conf, pred = prob.max(dim=1)
-        return SampleStats(idx.numpy(), losses.detach().cpu().numpy().astype(np.float64),
-                           (pred == y).cpu().numpy(), conf.cpu().numpy().astype(np.float64))
+        return SampleStats(index=idx.numpy(), loss=losses.detach().cpu().numpy().astype(np.float64),
+                           correct=(pred == y).cpu().numpy(), confidence=conf.cpu().numpy().astype(np.float64))
 
 
 def model_device(model: nn.Module) -> torch.device:

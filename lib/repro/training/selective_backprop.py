@@ -23,7 +23,7 @@ from repro.training.data import IndexedDataset
 from repro.training.sample_loop import SampleStats, loader, model_device
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SelectivePass:
     """What one selective epoch did: the forwarded candidates' statistics and the pass counts."""
 
@@ -90,8 +90,8 @@ def selective_epoch(model: nn.Module, opt: torch.optim.Optimizer, ds: IndexedDat
             prob = F.softmax(logits, dim=1)
             conf, pred = (t.cpu() for t in prob.max(1))
         fwd += len(idx)
-        parts.append(SampleStats(idx.numpy(), losses.numpy().astype(np.float64), (pred == y).numpy(),
-                                 conf.numpy().astype(np.float64)))
+        parts.append(SampleStats(index=idx.numpy(), loss=losses.numpy().astype(np.float64), correct=(pred == y).numpy(),
+                                 confidence=conf.numpy().astype(np.float64)))
         ranks = history.percentiles(losses.numpy())
         queue.extend(idx[torch.as_tensor(ranks >= 1.0 - keep)].tolist())
         history.values.extend(losses.tolist())
@@ -100,4 +100,4 @@ def selective_epoch(model: nn.Module, opt: torch.optim.Optimizer, ds: IndexedDat
             del queue[:batch_size]
     if queue:
         step(queue)
-    return SelectivePass(SampleStats.concat(parts), fwd, bwd)
+    return SelectivePass(stats=SampleStats.concat(parts), forward_passes=fwd, backward_passes=bwd)

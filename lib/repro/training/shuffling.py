@@ -30,7 +30,7 @@ import numpy as np
 from repro.partition import partition
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExchangeRecord:
     """Communication accounting of one exchange.
 
@@ -116,8 +116,13 @@ def partial_exchange(shards: list[np.ndarray], q: float, rng: np.random.Generato
     moved = origin != dest
     sent = tuple(int(np.sum(moved & (origin == w))) for w in range(m))
     received = tuple(int(np.sum(moved & (dest == w))) for w in range(m))
-    record = ExchangeRecord((k,) * m, sent, received, int(moved.sum()) * sample_bytes,
-                            n_local + max(received, default=0))
+    record = ExchangeRecord(
+        picked_per_worker=(k,) * m,
+        sent_per_worker=sent,
+        received_per_worker=received,
+        bytes_moved=int(moved.sum()) * sample_bytes,
+        peak_storage=n_local + max(received, default=0),
+    )
     return new_shards, record
 
 
@@ -133,7 +138,7 @@ def epoch_plan(shards: list[np.ndarray], batch_size: int, rng: np.random.Generat
     steps = n_local // batch_size
     if steps == 0:
         raise ValueError(f"a shard of {n_local} samples holds no batch of {batch_size}")
-    orders = [rng.permutation(s)[:steps * batch_size].reshape(steps, batch_size) for s in shards]
+    orders = [rng.permutation(s)[: steps * batch_size].reshape(steps, batch_size) for s in shards]
     return np.stack(orders, axis=1)
 
 

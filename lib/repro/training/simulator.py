@@ -32,7 +32,7 @@ from torch import nn
 from repro.models import mlp
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Topology:
     """G groups of S workers (P = G * S)."""
 
@@ -49,7 +49,7 @@ class Topology:
         return self.num_groups * self.group_size
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SGDConfig:
     """Optimiser settings shared by the simulator and the distributed run."""
 

@@ -12,8 +12,10 @@ from repro.federated.task import TaskSpec
 def tiny_comparison(validation_share: float) -> embracingfl.Comparison:
     spec = TaskSpec(dataset="digits", num_clients=6, alpha=0.5, hidden=(16, 16), n_train=400,
                     validation_share=validation_share)
-    plan = embracingfl.TierPlan(3, 2, 1, 0.5, 0.25)
-    return embracingfl.Comparison(spec, LocalSGD(16, 0.1, 0.9), plan, steps=2, rounds=2, active_clients=3, eval_every=1)
+    plan = embracingfl.TierPlan(layers=3, moderate_layers=2, weak_layers=1, moderate_width=0.5, weak_width=0.25)
+    return embracingfl.Comparison(
+        spec=spec, sgd=LocalSGD(batch_size=16, lr=0.1, momentum=0.9), plan=plan, steps=2, rounds=2, active_clients=3, eval_every=1
+    )
 
 
 def test_tuning_gives_every_method_the_same_grid_and_chooses_on_validation():

@@ -93,4 +93,15 @@ def test_memory_table_model_matches_torch_and_sub_models_are_smaller():
 
 def test_clusters_must_be_whole():
     with pytest.raises(ValueError, match="multiple of split_factor"):
-        DctRun("feddct", SPEC, LocalSGD(8, 0.1), 1, 1, 0, split_factor=3, mu=0.01, cot_final=0.5, cot_warmup=1)
+        DctRun(
+            method="feddct",
+            spec=SPEC,
+            sgd=LocalSGD(batch_size=8, lr=0.1),
+            tau=1,
+            rounds=1,
+            seed=0,
+            split_factor=3,
+            mu=0.01,
+            cot_final=0.5,
+            cot_warmup=1,
+        )

@@ -32,9 +32,9 @@ def test_claims_compare_fedprox_at_the_mu_chosen_on_validation():
 def test_run_record_names_the_method_it_rejects_and_the_tuned_setting():
     spec = TaskSpec(dataset="digits", num_clients=3, scheme="cluster_skew", cluster_sizes=(2, 1), samples_per_client=20)
     with pytest.raises(ValueError, match="method"):
-        FedDrlRun("fedsgd", spec, LocalSGD(), tau=1, rounds=1, seed=0)
-    assert FedDrlRun("fedprox", spec, LocalSGD(), 1, 1, 0, mu=0.3).setting == 0.3
-    assert pd.isna(FedDrlRun("feddrl", spec, LocalSGD(), 1, 1, 0, mu=0.3).setting)
+        FedDrlRun(method="fedsgd", spec=spec, sgd=LocalSGD(), tau=1, rounds=1, seed=0)
+    assert FedDrlRun(method="fedprox", spec=spec, sgd=LocalSGD(), tau=1, rounds=1, seed=0, mu=0.3).setting == 0.3
+    assert pd.isna(FedDrlRun(method="feddrl", spec=spec, sgd=LocalSGD(), tau=1, rounds=1, seed=0, mu=0.3).setting)
 
 
 @pytest.mark.parametrize("chapter", ["feddrl", "cluster-skew-kd"])

@@ -36,9 +36,24 @@ def test_the_learning_rate_is_chosen_on_validation_and_never_on_test():
 
 def test_tuning_never_reads_test_labels(shuffled_test_labels):
     spec = TaskSpec(dataset="digits", num_clients=8, hidden=(16,), n_train=400, alpha=0.5, validation_share=0.2)
-    base = KdRun("ondevice_kd", spec, LocalSGD(8, 0.05, 0.9), 2, 2, 0, active_clients=4, eval_every=1,
-                 aux_hidden=(8,), strong_share=0.25, labelled_share=0.3, temperature=3.0, kd_final=0.5, kd_rampup=1,
-                 pool_size=40, server_steps=2)
+    base = KdRun(
+        method="ondevice_kd",
+        spec=spec,
+        sgd=LocalSGD(batch_size=8, lr=0.05, momentum=0.9),
+        tau=2,
+        rounds=2,
+        seed=0,
+        active_clients=4,
+        eval_every=1,
+        aux_hidden=(8,),
+        strong_share=0.25,
+        labelled_share=0.3,
+        temperature=3.0,
+        kd_final=0.5,
+        kd_rampup=1,
+        pool_size=40,
+        server_steps=2,
+    )
     final, _ = sweep(base, [0.05, 0.2], [0])
     shuffled_test_labels()
     again, _ = sweep(base, [0.05, 0.2], [0])
@@ -57,5 +72,20 @@ def test_tiers_follow_the_share_and_the_run_rejects_unknown_methods():
     spec = TaskSpec(dataset="digits", num_clients=40, hidden=(16,), n_train=400)
     assert sum(t.name == "strong" for t in client_tiers(spec, 0.25, seed=3)) == 10
     with pytest.raises(ValueError, match="method"):
-        KdRun("fedavg", spec, LocalSGD(8, 0.1, 0.9), 1, 1, 0, active_clients=4, aux_hidden=(8,), strong_share=0.25,
-              labelled_share=0.2, temperature=3.0, kd_final=0.5, kd_rampup=1, pool_size=10, server_steps=1)
+        KdRun(
+            method="fedavg",
+            spec=spec,
+            sgd=LocalSGD(batch_size=8, lr=0.1, momentum=0.9),
+            tau=1,
+            rounds=1,
+            seed=0,
+            active_clients=4,
+            aux_hidden=(8,),
+            strong_share=0.25,
+            labelled_share=0.2,
+            temperature=3.0,
+            kd_final=0.5,
+            kd_rampup=1,
+            pool_size=10,
+            server_steps=1,
+        )

@@ -10,7 +10,7 @@ from repro.federated.chapters import pfl_unseen as driver
 from repro.federated.personal import LabelAccessError
 from repro.federated.task import TaskSpec
 
-FED = driver.Federation(TaskSpec(dataset="digits", num_clients=12, alpha=0.5, hidden=(16,)), groups=3, unseen=4,
+FED = driver.Federation(spec=TaskSpec(dataset="digits", num_clients=12, alpha=0.5, hidden=(16,)), groups=3, unseen=4,
                         test_per_client=20)
 
 

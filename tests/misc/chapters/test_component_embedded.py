@@ -37,7 +37,7 @@ def test_designs_and_heavy_activities(federated):
 
 
 def test_utilisation_split_is_reproducible():
-    job = chapter.TaskSetJob(4, 0, SPEC, 3, (2,), (0.5,))
+    job = chapter.TaskSetJob(seed=4, index=0, spec=SPEC, activities=3, processors=(2,), utilisations=(0.5,))
     first, second = chapter.draw_activities(job), chapter.draw_activities(job)
     assert [a.volume for a in first] == [a.volume for a in second]
     assert sum(a.share for a in first) == pytest.approx(1.0)

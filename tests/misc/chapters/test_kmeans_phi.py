@@ -12,9 +12,9 @@ MODEL = chapter.ModelConstants(target_lanes=16, reduce_cost=4.0)
 
 
 def _result(base: float, optimised: float) -> chapter.SweepResult:
-    timings = [chapter.TimingRecord(0, 64, 16, True, km.BASELINE.label, base),
-               chapter.TimingRecord(0, 64, 16, True, chapter.OPTIMISED.label, optimised)]
-    return chapter.SweepResult(tuple(timings), ())
+    timings = [chapter.TimingRecord(seed=0, d=64, k=16, aligned=True, implementation=km.BASELINE.label, seconds=base),
+               chapter.TimingRecord(seed=0, d=64, k=16, aligned=True, implementation=chapter.OPTIMISED.label, seconds=optimised)]
+    return chapter.SweepResult(timings=tuple(timings), checks=())
 
 
 def _scale(latency: float, ranks: int) -> chapter.ScaleOutModel:
@@ -41,7 +41,11 @@ def test_a_slower_optimised_kernel_gives_a_negative_gain():
 
 
 def test_host_speedup_is_fewest_over_most_ranks():
-    runs = [chapter.MPIRecord(0, 2, 0.0, 0.6, 0.01), chapter.MPIRecord(0, 1, 0.0, 1.0, 0.0),
-            chapter.MPIRecord(1, 1, 0.0, 1.0, 0.0), chapter.MPIRecord(1, 2, 0.0, 1.25, 0.01)]
+    runs = [
+        chapter.MPIRecord(seed=0, ranks=2, centroid_diff=0.0, step_seconds=0.6, allreduce_seconds=0.01),
+        chapter.MPIRecord(seed=0, ranks=1, centroid_diff=0.0, step_seconds=1.0, allreduce_seconds=0.0),
+        chapter.MPIRecord(seed=1, ranks=1, centroid_diff=0.0, step_seconds=1.0, allreduce_seconds=0.0),
+        chapter.MPIRecord(seed=1, ranks=2, centroid_diff=0.0, step_seconds=1.25, allreduce_seconds=0.01),
+    ]
     assert chapter.host_speedup(runs, 0) == pytest.approx(1.0 / 0.6)
     assert chapter.host_speedup(runs, 1) == pytest.approx(0.8)

@@ -27,8 +27,8 @@ def test_settings_map_the_schema_onto_the_pipeline() -> None:
     assert dataclasses.replace(s, pairs_per_epoch=True).root_config()["pairs_per_epoch"] is True
     assert s.methods() == ["best_offline", "grad_ascent", "root"]
     with_ablations = dataclasses.replace(s, ablations=True).methods()
-    assert with_ablations[3:] == [MethodSpec("root (F=1)", "root", root={"n_functions": 1}),
-                                  MethodSpec("root (w=0)", "root", root={"guidance": 0.0})]
+    assert with_ablations[3:] == [MethodSpec(label="root (F=1)", method="root", root={"n_functions": 1}),
+                                  MethodSpec(label="root (w=0)", method="root", root={"guidance": 0.0})]
     with pytest.raises(ValueError, match="grad_ascent"):
         root.RootSettings(**{**SETTINGS, "baselines": ["best_offline", "cma_es"]})
 

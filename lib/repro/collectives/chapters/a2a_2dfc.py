@@ -35,8 +35,8 @@ def points(rows: int, cols: int, sizes_kb: Sequence[float], algorithms: Sequence
     Algorithms in ``model_only`` are evaluated by the two alpha-beta models but not simulated.
     """
     key = platform_key("two_dim_fc", rows=rows, cols=cols, bandwidth=bandwidth, latency=latency)
-    return [Point(key, spec, rows * cols, int(kb * 1024), spec.split(":")[0] not in model_only,
-                  (("grid", f"{rows}x{cols}"),))
+    return [Point(platform=key, spec=spec, p=rows * cols, nbytes=int(kb * 1024), simulate=spec.split(":")[0] not in model_only,
+                  tags=(("grid", f"{rows}x{cols}"),))
             for spec in specs(rows, algorithms) for kb in sizes_kb]
 
 

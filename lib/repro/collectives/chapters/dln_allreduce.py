@@ -83,16 +83,34 @@ def points(nodes: Sequence[int], hosts_per_switch: int, sizes_mb: Sequence[float
         for net in networks:
             key = platform(net, p, hosts_per_switch, bandwidth, latency, switch_latency)
             for mb in sizes_mb:
-                pts.append(Point(key, "rabenseifner", p, int(mb * MiB), mb in sim_sizes, (("network", net),)))
+                pts.append(
+                    Point(
+                        platform=key,
+                        spec="rabenseifner",
+                        p=p,
+                        nbytes=int(mb * MiB),
+                        simulate=mb in sim_sizes,
+                        tags=(("network", net),),
+                    )
+                )
         key = platform("fat_tree", p, hosts_per_switch, bandwidth, latency, switch_latency)
         for mb in sizes_mb:
-            pts.append(Point(key, "ring", p, int(mb * MiB), p in ring_nodes and mb in sim_sizes,
-                             (("network", "fat_tree"),)))
+            pts.append(
+                Point(
+                    platform=key,
+                    spec="ring",
+                    p=p,
+                    nbytes=int(mb * MiB),
+                    simulate=p in ring_nodes and mb in sim_sizes,
+                    tags=(("network", "fat_tree"),),
+                )
+            )
     return pts
 
 
-def hop_profile(p: int, hosts_per_switch: int, network: str, bandwidth: float = 1e10, latency: float = 1e-6,
-                switch_latency: float = 0.0) -> pd.DataFrame:
+def hop_profile(
+    p: int, hosts_per_switch: int, network: str, bandwidth: float = 1e10, latency: float = 1e-6, switch_latency: float = 0.0
+) -> pd.DataFrame:
     """Per halving step.
 
     Partner distance, the distinct route lengths (links) of all partner pairs, and the most flows sharing one
@@ -105,13 +123,23 @@ def hop_profile(p: int, hosts_per_switch: int, network: str, bandwidth: float = 
     for s in range(int(math.log2(p))):
         dist = p >> (s + 1)
         lengths = sorted({pf.hops(r, r ^ dist) for r in range(p)})
-        rows.append({"network": network, "p": p, "step": s, "distance": dist,
-                     "route_links": lengths, "distinct_lengths": len(lengths), "max_flows_per_link": flows[s]})
+        rows.append(
+            {
+                "network": network,
+                "p": p,
+                "step": s,
+                "distance": dist,
+                "route_links": lengths,
+                "distinct_lengths": len(lengths),
+                "max_flows_per_link": flows[s],
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def latency_sweep(p: int, hosts_per_switch: int, sizes_mb: Sequence[float], bandwidth: float, latency: float,
-                  switch_latencies: Sequence[float]) -> pd.DataFrame:
+def latency_sweep(
+    p: int, hosts_per_switch: int, sizes_mb: Sequence[float], bandwidth: float, latency: float, switch_latencies: Sequence[float]
+) -> pd.DataFrame:
     """Halving-doubling time saved on the mitigated DLN against the equal-link fat tree, per switch latency.
 
     Uses the congestion-aware alpha-beta model (latency summed along each
@@ -137,14 +165,22 @@ def latency_sweep(p: int, hosts_per_switch: int, sizes_mb: Sequence[float], band
     """
     rows: list[dict[str, Any]] = []
     for sw in switch_latencies:
-        pfs = {net: build_platform(platform(net, p, hosts_per_switch, bandwidth, latency, sw))
-               for net in ("dln_mitigated", "fat_tree_equal_links")}
+        pfs = {
+            net: build_platform(platform(net, p, hosts_per_switch, bandwidth, latency, sw))
+            for net in ("dln_mitigated", "fat_tree_equal_links")
+        }
         for mb in sizes_mb:
             sched = build_schedule("rabenseifner", p, int(mb * MiB) // 4)
             t = {net: congestion_cost(sched, pf) for net, pf in pfs.items()}
-            rows.append({"switch_latency_ns": sw * 1e9, "size_mb": mb, "dln_mitigated_s": t["dln_mitigated"],
-                         "fat_tree_equal_links_s": t["fat_tree_equal_links"],
-                         "saving_pct": 100 * (1 - t["dln_mitigated"] / t["fat_tree_equal_links"])})
+            rows.append(
+                {
+                    "switch_latency_ns": sw * 1e9,
+                    "size_mb": mb,
+                    "dln_mitigated_s": t["dln_mitigated"],
+                    "fat_tree_equal_links_s": t["fat_tree_equal_links"],
+                    "saving_pct": 100 * (1 - t["dln_mitigated"] / t["fat_tree_equal_links"]),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -174,6 +210,13 @@ def network_inventory(p: int, hosts_per_switch: int, networks: Sequence[str]) ->
         names = [n for n, link in pf.links.items() if link.sharing != "FATPIPE"]
         host_links = [n for n in names if not _is_switch_link(n)]
         switches = {part for n in names for part in n.split("#")[0].split("->") if not part.startswith("h")}
-        rows.append({"network": net, "hosts": p, "switches": len(switches), "host links": len(host_links),
-                     "switch-to-switch links": len(names) - len(host_links)})
+        rows.append(
+            {
+                "network": net,
+                "hosts": p,
+                "switches": len(switches),
+                "host links": len(host_links),
+                "switch-to-switch links": len(names) - len(host_links),
+            }
+        )
     return pd.DataFrame(rows)

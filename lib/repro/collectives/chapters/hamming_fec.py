@@ -40,7 +40,7 @@ def acceptance_bers(raw_ber: float) -> list[float]:
     return sorted({*np.logspace(-15, -3, 25).tolist(), float(raw_ber)})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LinkModel:
     """Constants of the simulated network (stated assumptions).
 

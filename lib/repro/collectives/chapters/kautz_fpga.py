@@ -47,7 +47,7 @@ INJECTIONS = ("equal", "one_link")
 """Dragonfly bandwidth conventions: equal injection per end point, or one link per host."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NetworkSetup:
     """The constants both networks share (all stated assumptions of the chapter).
 
@@ -142,7 +142,7 @@ def contention_free_time(schedule: Schedule, platform: Platform, placement: list
     return float(sum(worst.values()))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimulationJob:
     """One SimGrid run of the sweep and the row it completes.
 
@@ -231,9 +231,9 @@ def kautz_sweep(setup: NetworkSetup, sizes: list[int], seeds: list[int],
     jobs: list[SimulationJob] = []
     for nbytes in sizes:
         n = nbytes // ELEMENT_BYTES
-        jobs.append(SimulationJob("Kautz", "multi-port", nbytes, -1,
-                                  kautz_mp.kautz_allreduce_cost(d, nbytes, alpha_k, beta),
-                                  kautz_mp.kautz_allreduce(d, n), kpf))
+        jobs.append(SimulationJob(network="Kautz", algorithm="multi-port", nbytes=nbytes, seed=-1,
+                                  model_s=kautz_mp.kautz_allreduce_cost(d, nbytes, alpha_k, beta),
+                                  schedule=kautz_mp.kautz_allreduce(d, n), platform=kpf))
         ring = build_schedule("ring", p, n)
         rows.append(dict(network="Kautz", algorithm="single-port ring", bytes=nbytes, seed=-1,
                          time_s=contention_free_time(ring, kpf, ring_order, ELEMENT_BYTES),
@@ -247,12 +247,21 @@ def kautz_sweep(setup: NetworkSetup, sizes: list[int], seeds: list[int],
             for routing, pf in routed.items():
                 label = algo if len(routed) == 1 else f"{algo} ({routing})"
                 for seed in seeds:
-                    jobs.append(SimulationJob("Dragonfly", label, nbytes, seed, model, sch, pf,
-                                              tuple(dragonfly_placement(p, seed))))
+                    jobs.append(
+                        SimulationJob(
+                            network="Dragonfly",
+                            algorithm=label,
+                            nbytes=nbytes,
+                            seed=seed,
+                            model_s=model,
+                            schedule=sch,
+                            platform=pf,
+                            placement=tuple(dragonfly_placement(p, seed)),
+                        )
+                    )
     rows += thread_map(run_job, jobs, workers, desc="simulations", progress=progress)
     cols = ["network", "algorithm", "bytes", "seed", "time_s", "model_s", "how"]
-    return pd.DataFrame(rows)[cols].sort_values(["bytes", "network", "algorithm", "seed"], kind="stable",
-                                                ignore_index=True)
+    return pd.DataFrame(rows)[cols].sort_values(["bytes", "network", "algorithm", "seed"], kind="stable", ignore_index=True)
 
 
 def speedups(df: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
@@ -269,9 +278,17 @@ def speedups(df: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
         for seed in seeds:
             cand = dfg[(dfg.seed == seed) | (dfg.seed == -1)]
             best = cand.loc[cand.time_s.idxmin()]
-            rows.append(dict(bytes=int(nbytes), seed=seed, kautz_s=kmp, dragonfly_best_s=float(best.time_s),
-                             dragonfly_best=best.algorithm, speedup=float(best.time_s) / kmp,
-                             multiport_gain=kring / kmp))
+            rows.append(
+                dict(
+                    bytes=int(nbytes),
+                    seed=seed,
+                    kautz_s=kmp,
+                    dragonfly_best_s=float(best.time_s),
+                    dragonfly_best=best.algorithm,
+                    speedup=float(best.time_s) / kmp,
+                    multiport_gain=kring / kmp,
+                )
+            )
     return pd.DataFrame(rows)
 
 
@@ -286,12 +303,14 @@ def structure_checks(d: int) -> dict[str, float]:
     wmap = kautz_mp.awg_wavelength_map(d)
     inputs = {(awg, u, wl) for (u, _), (awg, wl) in wmap.items()}
     outputs = {(awg, v, wl) for (_, v), (awg, wl) in wmap.items()}
-    return {"nodes": g.number_of_nodes(),
-            "degree": max(dict(g.out_degree()).values()),
-            "diameter": nx.diameter(g),
-            "wavelengths": len({wl for _, wl in wmap.values()}),
-            "awgs": len({awg for awg, _ in wmap.values()}),
-            "collision_free": float(len(inputs) == len(outputs) == len(wmap))}
+    return {
+        "nodes": g.number_of_nodes(),
+        "degree": max(dict(g.out_degree()).values()),
+        "diameter": nx.diameter(g),
+        "wavelengths": len({wl for _, wl in wmap.values()}),
+        "awgs": len({awg for awg, _ in wmap.values()}),
+        "collision_free": float(len(inputs) == len(outputs) == len(wmap)),
+    }
 
 
 def claims(sp: pd.DataFrame, structure: dict[str, float], d: int) -> dict[str, list[float]]:
@@ -305,10 +324,8 @@ def claims(sp: pd.DataFrame, structure: dict[str, float], d: int) -> dict[str, l
         wdm = float("inf")
     return {
         "speedup_vs_dragonfly_max": [float(sp[sp.seed == s].speedup.max()) for s in seeds],
-        "speedup_vs_dragonfly_smallest": [float(sp[(sp.seed == s) & (sp.bytes == smallest)].speedup.iloc[0])
-                                          for s in seeds],
-        "multiport_gain_largest": [float(sp[(sp.seed == s) & (sp.bytes == largest)].multiport_gain.iloc[0])
-                                   for s in seeds],
+        "speedup_vs_dragonfly_smallest": [float(sp[(sp.seed == s) & (sp.bytes == smallest)].speedup.iloc[0]) for s in seeds],
+        "multiport_gain_largest": [float(sp[(sp.seed == s) & (sp.bytes == largest)].multiport_gain.iloc[0]) for s in seeds],
         "fpgas_diameter2": [float(nodes_ok)] * len(seeds),
         "wdm_resources_ratio": [float(wdm)] * len(seeds),
     }
@@ -342,14 +359,14 @@ def ports_sweep(setup: NetworkSetup, sizes: list[int], degrees: tuple[int, ...] 
             kautz_t = kautz_mp.kautz_allreduce_cost(d, nbytes, alpha + link, 1 / setup.bandwidth)
             for injection in INJECTIONS:
                 beta = 1 / (setup.bandwidth * (d if injection == "equal" else 1))
-                best = min(closed_form_cost(a, p, nbytes, alpha_df, beta)
-                           for a in ("recursive_doubling", "rabenseifner", "ring"))
+                best = min(closed_form_cost(a, p, nbytes, alpha_df, beta) for a in ("recursive_doubling", "rabenseifner", "ring"))
                 rows.append(dict(d=d, fpgas=p, bytes=nbytes, injection=injection, speedup=best / kautz_t))
     return pd.DataFrame(rows)
 
 
-def plot_ports_sweep(sweep: pd.DataFrame, d: int, paper_value: float | None,
-                     band: tuple[float, float], null_value: float = 1.0) -> plt.Figure:
+def plot_ports_sweep(
+    sweep: pd.DataFrame, d: int, paper_value: float | None, band: tuple[float, float], null_value: float = 1.0
+) -> plt.Figure:
     """Largest speed-up over the sizes against the ports per FPGA, per injection convention.
 
     The shaded band is where the ``speedup_vs_dragonfly_max`` claim would count
@@ -420,8 +437,9 @@ def plot_speedup(sp: pd.DataFrame, paper_value: float | None) -> plt.Figure:
     return fig
 
 
-def kautz_exactness(degrees: list[int], seed: int = 0, lengths: tuple[int, ...] = (0, 1, 13, 1003),
-                    timeout: float = 120.0) -> pd.DataFrame:
+def kautz_exactness(
+    degrees: list[int], seed: int = 0, lengths: tuple[int, ...] = (0, 1, 13, 1003), timeout: float = 120.0
+) -> pd.DataFrame:
     """Run the ``K(d, 2)`` schedules on real MPI (mpi4py over MPICH) against MPI's own collectives.
 
     One ``mpiexec -n d(d+1)`` launch per degree; each checks the allreduce,
@@ -439,14 +457,16 @@ def kautz_exactness(degrees: list[int], seed: int = 0, lengths: tuple[int, ...] 
     """
     rows = []
     for d in degrees:
-        rep = launch_worker("kautz", kautz_mp.kautz_size(d),
-                            ["--cases", ";".join(KAUTZ_CASES), "--lengths", ",".join(map(str, lengths)),
-                             "--seed", str(seed)], timeout=timeout)
+        rep = launch_worker(
+            "kautz",
+            kautz_mp.kautz_size(d),
+            ["--cases", ";".join(KAUTZ_CASES), "--lengths", ",".join(map(str, lengths)), "--seed", str(seed)],
+            timeout=timeout,
+        )
         if rep["n_cases"] == 0:
             raise ValueError(f"no Kautz case ran on {rep['p']} ranks")
         for c in rep["cases"]:
-            rows.append(dict(d=d, ranks=c["p"], schedule=c["case"], elements=c["n"], steps=c["steps"],
-                             equal_to_MPI=c["ok"]))
+            rows.append(dict(d=d, ranks=c["p"], schedule=c["case"], elements=c["n"], steps=c["steps"], equal_to_MPI=c["ok"]))
     return pd.DataFrame(rows)
 
 
@@ -463,9 +483,16 @@ def speedup_table(sp: pd.DataFrame) -> pd.DataFrame:
     """
     rows = []
     for nbytes, g in sp.groupby("bytes"):
-        rows.append({"bytes": nbytes, "kautz_us": 1e6 * g.kautz_s.mean(),
-                     "dragonfly_best_us": 1e6 * g.dragonfly_best_s.mean(),
-                     "best_dragonfly_algorithm": ", ".join(sorted(set(g.dragonfly_best))),
-                     "speedup_mean": g.speedup.mean(), "speedup_min": g.speedup.min(),
-                     "speedup_max": g.speedup.max(), "multiport_vs_ring": g.multiport_gain.mean()})
+        rows.append(
+            {
+                "bytes": nbytes,
+                "kautz_us": 1e6 * g.kautz_s.mean(),
+                "dragonfly_best_us": 1e6 * g.dragonfly_best_s.mean(),
+                "best_dragonfly_algorithm": ", ".join(sorted(set(g.dragonfly_best))),
+                "speedup_mean": g.speedup.mean(),
+                "speedup_min": g.speedup.min(),
+                "speedup_max": g.speedup.max(),
+                "multiport_vs_ring": g.multiport_gain.mean(),
+            }
+        )
     return pd.DataFrame(rows)

@@ -28,10 +28,10 @@ from repro.collectives.figures import comparison_table, sim_vs_model
 from repro.collectives.sweep import ELEMENT_BYTES, MiB, Point, build_platform, platform_key, run_points
 
 TSUBAME_LINK_POWER = {
-    "nvlink": LinkPower(11.2 / 2),
-    "pcie": LinkPower(1.0 / 2),
+    "nvlink": LinkPower(peak_w=11.2 / 2),
+    "pcie": LinkPower(peak_w=1.0 / 2),
     # One NIC port = an edge-switch down port, its 1:1 up port and a spine port (W per port, halved per direction).
-    "ib": LinkPower((408 / 48 + 408 / 48 + 11600 / 768) / 2),
+    "ib": LinkPower(peak_w=(408 / 48 + 408 / 48 + 11600 / 768) / 2),
 }
 """Peak power per directed link (idle = 85% of peak), from the authors' TSUBAME3 platform constants
 as summarised in spec ``multileader-allreduce`` (edge switch 408 W / 48 ports, spine 11600 W / 768 ports,
@@ -64,8 +64,8 @@ def points(nodes: Sequence[int], gpus_per_node: int, sizes_mb: Sequence[float], 
         key = platform_key("gpu_cluster", nodes=N, gpus_per_node=gpus_per_node, **platform_kw)
         for spec in specs(gpus_per_node, segments, baselines):
             for mb in sizes_mb:
-                pts.append(Point(key, spec, N * gpus_per_node, int(mb * MiB), mb in sim_sizes_mb,
-                                 (("nodes", N),)))
+                pts.append(Point(platform=key, spec=spec, p=N * gpus_per_node, nbytes=int(mb * MiB), simulate=mb in sim_sizes_mb,
+                                 tags=(("nodes", N),)))
     return pts
 
 
@@ -157,19 +157,32 @@ def constant_sweep(nodes: int, gpus_per_node: int, size_mb: float, platform_kw: 
     variants = ([("nvlink_gbs", v, {**platform_kw, "nvlink_bandwidth": v * 1e9}) for v in nvlink_gbs]
                 + [("nics_per_node", n, {**platform_kw, "nics_per_node": n}) for n in nics])
     k = gpus_per_node
-    pts = [Point(platform_key("gpu_cluster", nodes=nodes, gpus_per_node=k, **kw), spec, nodes * k, int(size_mb * MiB),
-                 False, (("constant", name), ("value", value)))
-           for name, value, kw in variants for spec in ("ring", f"lr_lr:k={k}", f"lr_rab:k={k}")]
+    pts = [
+        Point(
+            platform=platform_key("gpu_cluster", nodes=nodes, gpus_per_node=k, **kw),
+            spec=spec,
+            p=nodes * k,
+            nbytes=int(size_mb * MiB),
+            simulate=False,
+            tags=(("constant", name), ("value", value)),
+        )
+        for name, value, kw in variants
+        for spec in ("ring", f"lr_lr:k={k}", f"lr_rab:k={k}")
+    ]
     df = run_points(pts, workers, desc="constant sweep")
     piv = df.pivot_table(index=["constant", "value"], columns="algorithm", values="model_s")
     saving = 100.0 * (1.0 - piv.div(piv["ring"], axis=0))
-    rows = [dict(constant=c, value=v, claim=claim, saving_pct=float(saving.loc[(c, v), spec]))
-            for (c, v) in piv.index for claim, spec in (("lr_lr_vs_lr", f"lr_lr:k={k}"), ("lr_rab_vs_lr", f"lr_rab:k={k}"))]
+    rows = [
+        dict(constant=c, value=v, claim=claim, saving_pct=float(saving.loc[(c, v), spec]))
+        for (c, v) in piv.index
+        for claim, spec in (("lr_lr_vs_lr", f"lr_lr:k={k}"), ("lr_rab_vs_lr", f"lr_rab:k={k}"))
+    ]
     return pd.DataFrame(rows)
 
 
-def idle_power_sweep(df: pd.DataFrame, gpus_per_node: int, platform_kw: Mapping[str, Any],
-                     idle_fractions: Sequence[float] = IDLE_FRACTION_SWEEP) -> pd.DataFrame:
+def idle_power_sweep(
+    df: pd.DataFrame, gpus_per_node: int, platform_kw: Mapping[str, Any], idle_fractions: Sequence[float] = IDLE_FRACTION_SWEEP
+) -> pd.DataFrame:
     """Network energy saved by ``lr_lr`` and ``lr_rab`` against ``ring`` for each idle share of link power.
 
     Uses the simulated rows of the largest node count at the largest simulated size.
@@ -187,13 +200,15 @@ def idle_power_sweep(df: pd.DataFrame, gpus_per_node: int, platform_kw: Mapping[
         power = {cls: dataclasses.replace(lp, idle_fraction=idle) for cls, lp in TSUBAME_LINK_POWER.items()}
         e = add_energy(big, gpus_per_node, power, **platform_kw).set_index("algorithm").energy_J
         for claim, spec in (("energy_lr_lr_vs_lr", f"lr_lr:k={k}"), ("energy_lr_rab_vs_lr", f"lr_rab:k={k}")):
-            rows.append(dict(constant="idle_fraction", value=idle, claim=claim,
-                             saving_pct=float(100.0 * (1.0 - e[spec] / e["ring"]))))
+            rows.append(
+                dict(constant="idle_fraction", value=idle, claim=claim, saving_pct=float(100.0 * (1.0 - e[spec] / e["ring"])))
+            )
     return pd.DataFrame(rows)
 
 
-def constant_sweep_figure(sweep: pd.DataFrame, paper: Mapping[str, float | None], band: tuple[float, float],
-                          assumed: Mapping[str, float]) -> plt.Figure:
+def constant_sweep_figure(
+    sweep: pd.DataFrame, paper: Mapping[str, float | None], band: tuple[float, float], assumed: Mapping[str, float]
+) -> plt.Figure:
     """One panel per swept constant: the saving of each claim, its paper band shaded, the run's value marked.
 
     A curve inside its band would count as matching the paper; below zero the
@@ -201,12 +216,15 @@ def constant_sweep_figure(sweep: pd.DataFrame, paper: Mapping[str, float | None]
     """
     constants = list(dict.fromkeys(sweep.constant))
     fig, axes = plt.subplots(1, len(constants), figsize=(4.2 * len(constants), 3.6), squeeze=False)
-    xlabels = {"nvlink_gbs": "NVLink bandwidth (GB/s)", "nics_per_node": "InfiniBand adapters per node",
-               "idle_fraction": "idle share of peak link power"}
+    xlabels = {
+        "nvlink_gbs": "NVLink bandwidth (GB/s)",
+        "nics_per_node": "InfiniBand adapters per node",
+        "idle_fraction": "idle share of peak link power",
+    }
     for ax, const in zip(axes[0], constants):
         part = sweep[sweep.constant == const]
         for claim, g in part.groupby("claim", sort=False):
-            line, = ax.plot(g.value, g.saving_pct, "-o", label=claim)
+            (line,) = ax.plot(g.value, g.saving_pct, "-o", label=claim)
             pv = paper.get(claim)
             if pv is not None:
                 ax.axhspan(band[0] * pv, band[1] * pv, color=line.get_color(), alpha=0.12)
@@ -235,9 +253,17 @@ def node_title(nodes: int, gpus_per_node: int) -> str:
 
 def time_vs_size_figure(df: pd.DataFrame, gpus_per_node: int) -> plt.Figure:
     """Time against vector size, one panel per node count (SimGrid, route-aware model, closed form)."""
-    return sim_vs_model(df, "nbytes", "algorithm", "nodes", xlabel="vector size (MiB)", xscale=MiB,
-                        label=functools.partial(short_label, gpus_per_node=gpus_per_node),
-                        title=functools.partial(node_title, gpus_per_node=gpus_per_node), ncols=2)
+    return sim_vs_model(
+        df,
+        "nbytes",
+        "algorithm",
+        "nodes",
+        xlabel="vector size (MiB)",
+        xscale=MiB,
+        label=functools.partial(short_label, gpus_per_node=gpus_per_node),
+        title=functools.partial(node_title, gpus_per_node=gpus_per_node),
+        ncols=2,
+    )
 
 
 def comparison(df: pd.DataFrame, gpus_per_node: int) -> pd.DataFrame:

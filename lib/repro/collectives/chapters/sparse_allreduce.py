@@ -28,7 +28,7 @@ from repro.hpc.platforms import Platform, gpu_cluster
 from repro.hpc.simgrid import simulate
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClusterModel:
     """An ABCI-like GPU cluster (stated assumptions).
 

@@ -24,7 +24,7 @@ from repro.parallel import parallel_map
 POLICIES = ("uniform", "power-of-choice", "grad-norm", "multi-metric")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ActivationRun:
     """One FedAvg run whose clients are activated by ``policy``; field names are the chapter's parameters.
 
@@ -92,13 +92,33 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     if not betas:
         raise ValueError("parameter 'betas': must not be empty")
     runs = [(p, 0.0) for p in ("uniform", "power-of-choice", "grad-norm")] + [("multi-metric", b) for b in betas]
-    jobs = [ActivationRun(p, b, spec, sgd, tau, rounds, active_clients, candidates, s, eval_every, engine, device)
-            for p, b in runs for s in seeds]
+    jobs = [
+        ActivationRun(
+            policy=p,
+            beta=b,
+            spec=spec,
+            sgd=sgd,
+            tau=tau,
+            rounds=rounds,
+            active_clients=active_clients,
+            candidates=candidates,
+            seed=s,
+            eval_every=eval_every,
+            engine=engine,
+            device=device,
+        )
+        for p, b in runs
+        for s in seeds
+    ]
     done = parallel_map(run, jobs, workers if engine == "inprocess" else 1, desc="activation runs")
-    final = pd.DataFrame([{k: r[k] for k in ("policy", "beta", "seed", "accuracy", "budget_accuracy")}
-                          for r in done])
-    curves = pd.DataFrame([{"policy": r["policy"], "beta": r["beta"], "seed": r["seed"], "round": rd, "accuracy": a}
-                           for r in done for rd, a in r["curve"]])
+    final = pd.DataFrame([{k: r[k] for k in ("policy", "beta", "seed", "accuracy", "budget_accuracy")} for r in done])
+    curves = pd.DataFrame(
+        [
+            {"policy": r["policy"], "beta": r["beta"], "seed": r["seed"], "round": rd, "accuracy": a}
+            for r in done
+            for rd, a in r["curve"]
+        ]
+    )
     return final, curves
 
 
@@ -112,8 +132,10 @@ def claims(final: pd.DataFrame, beta: float) -> dict[str, list[float]]:
         raise ValueError(f"parameter 'beta': {beta} was not run; choose one of the swept betas")
     mm, uni, poc = _budget(final, "multi-metric", beta), _budget(final, "uniform"), _budget(final, "power-of-choice")
     seeds = sorted(uni.index)
-    return {"acc_gain_vs_uniform": [mm[s] - uni[s] for s in seeds],
-            "acc_gain_vs_power_of_choice": [mm[s] - poc[s] for s in seeds]}
+    return {
+        "acc_gain_vs_uniform": [mm[s] - uni[s] for s in seeds],
+        "acc_gain_vs_power_of_choice": [mm[s] - poc[s] for s in seeds],
+    }
 
 
 def sign_ablation(final: pd.DataFrame, beta: float) -> list[float]:
@@ -128,10 +150,13 @@ def sign_ablation(final: pd.DataFrame, beta: float) -> list[float]:
 
 
 # ----- figures and table ------------------------------------------------------------------
-POLICY_LABELS = {"uniform": "uniform", "power-of-choice": "Power-of-Choice (loss)", "grad-norm": "gradient norm",
-                 "multi-metric": "multi-metric"}
-_POLICY_COLOURS = {"uniform": "tab:gray", "power-of-choice": "tab:orange", "grad-norm": "tab:green",
-                   "multi-metric": "tab:blue"}
+POLICY_LABELS = {
+    "uniform": "uniform",
+    "power-of-choice": "Power-of-Choice (loss)",
+    "grad-norm": "gradient norm",
+    "multi-metric": "multi-metric",
+}
+_POLICY_COLOURS = {"uniform": "tab:gray", "power-of-choice": "tab:orange", "grad-norm": "tab:green", "multi-metric": "tab:blue"}
 
 
 def policy_label(policy: str, beta: float) -> str:
@@ -157,14 +182,23 @@ def accuracy_curves(curves: pd.DataFrame, beta: float) -> plt.Figure:
 
 def summary_table(final: pd.DataFrame) -> pd.DataFrame:
     """Accuracy at the budget and final accuracy per policy (and beta), mean ± sd over seeds."""
-    g = final.groupby(["policy", "beta"], sort=False).agg(
-        b=("budget_accuracy", "mean"), b_sd=("budget_accuracy", "std"), f=("accuracy", "mean"),
-        f_sd=("accuracy", "std"), seeds=("seed", "count")).reset_index().fillna({"b_sd": 0.0, "f_sd": 0.0})
-    return pd.DataFrame({
-        "activation": [policy_label(p, b) for p, b in zip(g.policy, g.beta)],
-        "accuracy at the budget (%)": [f"{m:.1f} ± {s:.1f}" for m, s in zip(g.b, g.b_sd)],
-        "final accuracy (%)": [f"{m:.1f} ± {s:.1f}" for m, s in zip(g.f, g.f_sd)],
-        "seeds": g.seeds.to_numpy(),
-    })
-
-
+    g = (
+        final.groupby(["policy", "beta"], sort=False)
+        .agg(
+            b=("budget_accuracy", "mean"),
+            b_sd=("budget_accuracy", "std"),
+            f=("accuracy", "mean"),
+            f_sd=("accuracy", "std"),
+            seeds=("seed", "count"),
+        )
+        .reset_index()
+        .fillna({"b_sd": 0.0, "f_sd": 0.0})
+    )
+    return pd.DataFrame(
+        {
+            "activation": [policy_label(p, b) for p, b in zip(g.policy, g.beta)],
+            "accuracy at the budget (%)": [f"{m:.1f} ± {s:.1f}" for m, s in zip(g.b, g.b_sd)],
+            "final accuracy (%)": [f"{m:.1f} ± {s:.1f}" for m, s in zip(g.f, g.f_sd)],
+            "seeds": g.seeds.to_numpy(),
+        }
+    )

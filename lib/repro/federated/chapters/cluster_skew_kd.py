@@ -33,7 +33,7 @@ TUNING_METRIC = "validation_accuracy"
 """What FedProx's grid is tuned on: the final model's accuracy on the held-out training samples."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CadisRun(FederatedRun):
     """One run of the comparison and ablation; the shared fields are :class:`FederatedRun`'s.
 
@@ -110,12 +110,33 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     if unknown:
         raise ValueError(f"parameter 'methods': must be among {METHODS}, got {sorted(unknown)}")
     grid = {"fedprox": [{"mu": float(m)} for m in mus]}
-    jobs = [CadisRun(m, spec, sgd, tau, rounds, s, active_clients=active_clients, eval_every=eval_every,
-                     engine=engine, device=device, kd_mu=kd_mu, temperature=temperature, threshold=threshold, **t)
-            for m in methods for t in grid.get(m, [{}]) for s in seeds]
+    jobs = [
+        CadisRun(
+            method=m,
+            spec=spec,
+            sgd=sgd,
+            tau=tau,
+            rounds=rounds,
+            seed=s,
+            active_clients=active_clients,
+            eval_every=eval_every,
+            engine=engine,
+            device=device,
+            kd_mu=kd_mu,
+            temperature=temperature,
+            threshold=threshold,
+            **t,
+        )
+        for m in methods
+        for t in grid.get(m, [{}])
+        for s in seeds
+    ]
     done = execute(run, jobs, workers, desc="CADIS comparison")
-    return run_tables(done, ("method", "setting", "seed", "accuracy", "budget_accuracy", "client_acc_std",
-                             "validation_accuracy", "ari"), keys=("method", "setting", "seed"))
+    return run_tables(
+        done,
+        ("method", "setting", "seed", "accuracy", "budget_accuracy", "client_acc_std", "validation_accuracy", "ari"),
+        keys=("method", "setting", "seed"),
+    )
 
 
 def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
@@ -130,6 +151,8 @@ def claims(final: pd.DataFrame) -> dict[str, list[float]]:
         raise ValueError(f"parameter 'methods': must include {sorted(missing)} to compute the claims")
     sel = keep_best(final, choices(final))
     cadis = sel[sel.method == "cadis"].set_index("seed")
-    return {"acc_gain_vs_fedavg": seed_differences(sel, "cadis", "fedavg"),
-            "acc_gain_vs_fedprox": seed_differences(sel, "cadis", "fedprox"),
-            "cluster_ari": [float(cadis.ari[s]) for s in sorted(cadis.index)]}
+    return {
+        "acc_gain_vs_fedavg": seed_differences(sel, "cadis", "fedavg"),
+        "acc_gain_vs_fedprox": seed_differences(sel, "cadis", "fedprox"),
+        "cluster_ari": [float(cadis.ari[s]) for s in sorted(cadis.index)],
+    }

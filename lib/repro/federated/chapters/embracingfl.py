@@ -43,7 +43,7 @@ TUNING_METRIC = "validation_accuracy"
 """What every method's learning rate is chosen on: the final global model's accuracy on the held-out samples."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TierPlan:
     """The three tiers of a run: layers trained under partial training, width under width reduction.
 
@@ -65,11 +65,14 @@ class TierPlan:
 
     def tiers(self) -> tuple[Tier, Tier, Tier]:
         """``(strong, moderate, weak)``."""
-        return (Tier("strong", self.layers, 1.0), Tier("moderate", self.moderate_layers, self.moderate_width),
-                Tier("weak", self.weak_layers, self.weak_width))
+        return (
+            Tier(name="strong", trained_layers=self.layers, width=1.0),
+            Tier(name="moderate", trained_layers=self.moderate_layers, width=self.moderate_width),
+            Tier(name="weak", trained_layers=self.weak_layers, width=self.weak_width),
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WidthBaselines:
     """How HeteroFL and FjORD train their clients beyond the nested slices.
 
@@ -92,7 +95,7 @@ class WidthBaselines:
     @classmethod
     def of(cls, scaler: bool, self_distillation: bool, masked_ce: bool) -> WidthBaselines:
         """The chapter's switches: the scaler, self-distillation with the authors' constants or none, masked CE."""
-        return cls(scaler, AUTHORS_DISTILLATION if self_distillation else None, masked_ce)
+        return cls(scaler=scaler, distillation=AUTHORS_DISTILLATION if self_distillation else None, masked_ce=masked_ce)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,11 +140,14 @@ def build_strategy(job: EmbracingRun) -> tuple[SeededFedAvg, ClientApp]:
         return SeededFedAvg(k, local, seed=job.seed), make_client_app(job.spec, cfg)
     if job.method in ("strong_only", "embracingfl"):
         if job.method == "strong_only":
-            tiers = [t if t.name == "strong" else Tier(t.name, 0, t.width) for t in tiers]
+            tiers = [t if t.name == "strong" else Tier(name=t.name, trained_layers=0, width=t.width) for t in tiers]
         return PartialTraining(k, local, tiers, seed=job.seed), make_partial_client_app(job.spec, cfg)
     fjord = job.method == "fjord"
-    app = (make_fjord_client_app(job.spec, cfg, job.baselines.distillation) if fjord
-           else make_heterofl_client_app(job.spec, cfg, job.baselines.scaler, job.baselines.masked_ce))
+    app = (
+        make_fjord_client_app(job.spec, cfg, job.baselines.distillation)
+        if fjord
+        else make_heterofl_client_app(job.spec, cfg, job.baselines.scaler, job.baselines.masked_ce)
+    )
     return WidthReduced(k, local, tiers, seed=job.seed, ordered_dropout=fjord), app
 
 
@@ -156,11 +162,12 @@ def run(job: EmbracingRun) -> dict[str, Any]:
     hist = job.simulate(strategy, app)
     assert strategy.comm is not None and hist.final_arrays is not None
     valid = validation_accuracy(job.spec, hist.final_arrays) if job.spec.validation_share > 0 else float("nan")
-    return summary_record(job, RunSummary.of(hist), strong_share=job.strong_share, comm=strategy.comm.total,
-                          validation_accuracy=valid)
+    return summary_record(
+        job, RunSummary.of(hist), strong_share=job.strong_share, comm=strategy.comm.total, validation_accuracy=valid
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     """What every run of the chapter shares: task, local training (``sgd.lr`` is the default rate), tiers, schedule.
 
@@ -188,29 +195,44 @@ class Comparison:
 
     def job(self, method: str, lr: float, mix: tuple[float, float], seed: int, progress: str | None) -> EmbracingRun:
         """One run of ``method`` at learning rate ``lr`` in the ``(strong, moderate)`` mix."""
-        return EmbracingRun(method, self.spec, dataclasses.replace(self.sgd, lr=lr), self.steps, self.rounds, seed,
-                            active_clients=self.active_clients, eval_every=self.eval_every, device=self.device,
-                            progress=progress, strong_share=mix[0], moderate_share=mix[1], plan=self.plan,
-                            baselines=self.baselines)
+        return EmbracingRun(
+            method=method,
+            spec=self.spec,
+            sgd=dataclasses.replace(self.sgd, lr=lr),
+            tau=self.steps,
+            rounds=self.rounds,
+            seed=seed,
+            active_clients=self.active_clients,
+            eval_every=self.eval_every,
+            device=self.device,
+            progress=progress,
+            strong_share=mix[0],
+            moderate_share=mix[1],
+            plan=self.plan,
+            baselines=self.baselines,
+        )
 
-    def jobs(self, lr_of: dict[str, Sequence[float]], mixes: Sequence[tuple[float, float]], seeds: Sequence[int],
-             workers: int) -> list[EmbracingRun]:
+    def jobs(
+        self, lr_of: dict[str, Sequence[float]], mixes: Sequence[tuple[float, float]], seeds: Sequence[int], workers: int
+    ) -> list[EmbracingRun]:
         """Every method at each of its rates on every mix and seed (all-strong FedAvg once per seed and rate)."""
         out = []
         for seed in seeds:
             for m in METHODS:
                 for lr in lr_of[m]:
-                    for mix in ([(1.0, 0.0)] if m == "all_strong" else mixes):
-                        out.append(self.job(m, lr, mix, seed, None if workers > 1 else
-                                            f"{m} lr={lr:g} strong={mix[0]} seed={seed}"))
+                    for mix in [(1.0, 0.0)] if m == "all_strong" else mixes:
+                        out.append(
+                            self.job(m, lr, mix, seed, None if workers > 1 else f"{m} lr={lr:g} strong={mix[0]} seed={seed}")
+                        )
         return out
 
 
 RUN_COLUMNS = ("method", "setting", "strong_share", "seed", "accuracy", "budget_accuracy", "validation_accuracy", "comm")
 
 
-def tune(comparison: Comparison, mix: tuple[float, float], lrs: Sequence[float], seed: int,
-         workers: int = 1) -> tuple[tuple[Choice, ...], pd.DataFrame]:
+def tune(
+    comparison: Comparison, mix: tuple[float, float], lrs: Sequence[float], seed: int, workers: int = 1
+) -> tuple[tuple[Choice, ...], pd.DataFrame]:
     """Every method's learning rate: the grid value whose final model scores best on the held-out samples.
 
     Every method runs at every value of ``lrs`` in ``mix`` on the tuning ``seed`` (a seed the sweep does not
@@ -226,17 +248,19 @@ def tune(comparison: Comparison, mix: tuple[float, float], lrs: Sequence[float],
     """
     grid = sorted(float(v) for v in lrs)
     if len(grid) == 1:
-        return tuple(Choice(m, grid[0], float("nan"), tuple(grid)) for m in METHODS), pd.DataFrame(columns=RUN_COLUMNS)
+        return tuple(Choice(method=m, value=grid[0], score=float("nan"), grid=tuple(grid)) for m in METHODS), pd.DataFrame(
+            columns=RUN_COLUMNS
+        )
     if comparison.spec.validation_share <= 0:
         raise ValueError("parameter 'comparison': tuning needs held-out samples (spec.validation_share > 0)")
-    done = execute(run, comparison.jobs({m: grid for m in METHODS}, [mix], [seed], workers),
-                   workers, desc="EmbracingFL tuning")
+    done = execute(run, comparison.jobs({m: grid for m in METHODS}, [mix], [seed], workers), workers, desc="EmbracingFL tuning")
     runs = pd.DataFrame([{c: r[c] for c in RUN_COLUMNS} for r in done])
     return best_settings(runs, TUNING_METRIC), runs
 
 
-def sweep(comparison: Comparison, mixes: list[tuple[float, float]], seeds: list[int], lr_of: dict[str, float],
-          workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+def sweep(
+    comparison: Comparison, mixes: list[tuple[float, float]], seeds: list[int], lr_of: dict[str, float], workers: int = 1
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method on every client mix and seed at its rate ``lr_of[method]`` (all-strong FedAvg once per seed).
 
     Returns
@@ -289,20 +313,25 @@ def memory_table(spec: TaskSpec, plan: TierPlan, batch_size: int, momentum: floa
         modelled = step.modelled
         narrow = build_model(sub_spec(spec, tier.width), seed=0)
         width_mem = step_memory(linear_layers(narrow), len(layers), batch_size, slots).total
-        rows.append({"tier": tier.name, "layers trained": tier.trained_layers,
-                     "partial training: peak / strong": modelled.total / full,
-                     "trained part, model (kB)": modelled.trained / 1e3,
-                     "trained part, torch (kB)": step.measured / 1e3,
-                     "model error (%)": 100.0 * (step.measured - modelled.trained) / modelled.trained,
-                     "width": tier.width, "width reduction: peak / strong": width_mem / full})
+        rows.append(
+            {
+                "tier": tier.name,
+                "layers trained": tier.trained_layers,
+                "partial training: peak / strong": modelled.total / full,
+                "trained part, model (kB)": modelled.trained / 1e3,
+                "trained part, torch (kB)": step.measured / 1e3,
+                "model error (%)": 100.0 * (step.measured - modelled.trained) / modelled.trained,
+                "width": tier.width,
+                "width reduction: peak / strong": width_mem / full,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 # ----- figures and tables ----------------------------------------------------------------------
 def accuracy_curves(curves: pd.DataFrame, strong_shares: list[float]) -> plt.Figure:
     """Test accuracy against rounds per method, one panel per client mix (mean over seeds, band min to max)."""
-    fig, axes = plt.subplots(1, len(strong_shares), figsize=(5.4 * len(strong_shares), 3.8), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(1, len(strong_shares), figsize=(5.4 * len(strong_shares), 3.8), squeeze=False, sharey=True)
     for ax, share in zip(axes[0], strong_shares):
         sel = mix_rows(curves, share)
         for m in METHODS:
@@ -327,8 +356,15 @@ def accuracy_bars(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> plt.
             vals = vals[vals.method == m].budget_accuracy
             means.append(vals.mean())
             sds.append(seed_sd(vals))
-        ax.bar(np.arange(len(mixes)) + (j - (len(METHODS) - 1) / 2) * width, means, width, yerr=sds,
-               color=COLOURS[m], label=LABELS[m], capsize=2)
+        ax.bar(
+            np.arange(len(mixes)) + (j - (len(METHODS) - 1) / 2) * width,
+            means,
+            width,
+            yerr=sds,
+            color=COLOURS[m],
+            label=LABELS[m],
+            capsize=2,
+        )
     ax.set_xticks(range(len(mixes)), [f"{s:.0%} / {m:.0%} / {1 - s - m:.0%}" for s, m in mixes])
     ax.set_xlabel("strong / moderate / weak clients")
     ax.set_ylabel("test accuracy (%)")
@@ -346,9 +382,14 @@ def summary_table(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> pd.D
         sel = mix_rows(final, strong)
         for m in METHODS:
             r = sel[sel.method == m]
-            rows.append({"strong / moderate / weak": f"{strong:.0%} / {moderate:.0%} / {1 - strong - moderate:.0%}",
-                         "method": LABELS[m], "lr": ", ".join(f"{v:g}" for v in sorted(r.setting.unique())),
-                         "accuracy (%)": mean_sd(r.budget_accuracy),
-                         "communication vs all-strong": f"{np.mean([c / base[s] for s, c in zip(r.seed, r.comm)]):.2f}×",
-                         "seeds": len(r)})
+            rows.append(
+                {
+                    "strong / moderate / weak": f"{strong:.0%} / {moderate:.0%} / {1 - strong - moderate:.0%}",
+                    "method": LABELS[m],
+                    "lr": ", ".join(f"{v:g}" for v in sorted(r.setting.unique())),
+                    "accuracy (%)": mean_sd(r.budget_accuracy),
+                    "communication vs all-strong": f"{np.mean([c / base[s] for s, c in zip(r.seed, r.comm)]):.2f}×",
+                    "seeds": len(r),
+                }
+            )
     return pd.DataFrame(rows)

@@ -44,7 +44,7 @@ CONDITIONS = ("clean", "snr", "label_noise")
 SPLITS = ("test", "validation")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Schedule:
     """What every run of a sweep shares: local training, rounds, sampling, evaluation, and the clients' device.
 
@@ -66,10 +66,21 @@ class Schedule:
     def job(self, aggregator: str, condition: str, level: float, seed: int, task: KeywordTask, lr: float,
             server_lr: float, progress: str | None = None, scored_on: str = "test") -> AudioRun:
         """One :class:`AudioRun` with this schedule."""
-        return AudioRun(aggregator, condition, level, seed, task, lr, server_lr, self, progress, scored_on)
+        return AudioRun(
+            aggregator=aggregator,
+            condition=condition,
+            level=level,
+            seed=seed,
+            task=task,
+            lr=lr,
+            server_lr=server_lr,
+            schedule=self,
+            progress=progress,
+            scored_on=scored_on,
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AudioRun:
     """One run; field names follow the chapter's parameters.
 
@@ -121,7 +132,7 @@ class AudioRun:
         return self.task
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunRecord:
     """What one run produced.
 
@@ -162,15 +173,32 @@ def run(job: AudioRun) -> RunRecord:
     """Run ``job`` on the in-process Flower engine, evaluating on its ``scored_on`` split."""
     task, plan = job.recorded_task(), job.schedule
     app = make_keyword_client_app(task, {"seed": job.seed, "device": plan.device})
-    hist = run_federated(build_strategy(job), app, task.num_speakers,
-                         keyword_initial(job.seed), plan.rounds, keyword_evaluator(task, job.scored_on),
-                         eval_schedule(plan.rounds, plan.eval_every), progress=job.progress)
+    hist = run_federated(
+        build_strategy(job),
+        app,
+        task.num_speakers,
+        keyword_initial(job.seed),
+        plan.rounds,
+        keyword_evaluator(task, job.scored_on),
+        eval_schedule(plan.rounds, plan.eval_every),
+        progress=job.progress,
+    )
     s = RunSummary.of(hist)
-    return RunRecord(job.aggregator, job.condition, job.level, job.seed, job.lr, job.server_lr, s.accuracy,
-                     s.budget_accuracy, s.curve, diverged(hist))
+    return RunRecord(
+        aggregator=job.aggregator,
+        condition=job.condition,
+        level=job.level,
+        seed=job.seed,
+        lr=job.lr,
+        server_lr=job.server_lr,
+        accuracy=s.accuracy,
+        budget_accuracy=s.budget_accuracy,
+        curve=s.curve,
+        diverged=diverged(hist),
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Candidate:
     """One setting an aggregator tried on the tuning seed, and how it did on the validation clips."""
 
@@ -185,7 +213,7 @@ class Candidate:
         return f"client lr {self.lr:g}" if math.isnan(self.server_lr) else f"server lr {self.server_lr:g}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tuned:
     """An aggregator's chosen setting and every candidate it tried (none when its grid has one value)."""
 
@@ -212,8 +240,15 @@ def candidates(aggregator: str, lr: float, client_lrs: list[float], server_lrs: 
     return [(float(lr), float(s)) for s in server_lrs]
 
 
-def tune(task: KeywordTask, schedule: Schedule, tune_seed: int, lr: float, client_lrs: list[float],
-         server_lrs: list[float], workers: int = 1) -> dict[str, Tuned]:
+def tune(
+    task: KeywordTask,
+    schedule: Schedule,
+    tune_seed: int,
+    lr: float,
+    client_lrs: list[float],
+    server_lrs: list[float],
+    workers: int = 1,
+) -> dict[str, Tuned]:
     """Every aggregator's best setting on clean data, judged on ``tune_seed`` (not a reported seed).
 
     Tuning runs are scored on the task's validation clips, never on the test set.  The choice is
@@ -229,26 +264,51 @@ def tune(task: KeywordTask, schedule: Schedule, tune_seed: int, lr: float, clien
     """
     grids = {a: candidates(a, lr, client_lrs, server_lrs) for a in AGGREGATORS}
     if len(client_lrs) == 1:
-        return {a: Tuned(a, *grids[a][0], ()) for a in AGGREGATORS}
+        return {a: Tuned(aggregator=a, lr=grids[a][0][0], server_lr=grids[a][0][1], candidates=()) for a in AGGREGATORS}
     if task.valid_clips < 1:
         raise ValueError("parameter 'task': tuning needs validation clips (valid_clips >= 1)")
-    jobs = [schedule.job(a, "clean", 0.0, tune_seed, task, c, s, scored_on="validation")
-            for a in AGGREGATORS for c, s in grids[a]]
+    jobs = [
+        schedule.job(a, "clean", 0.0, tune_seed, task, c, s, scored_on="validation") for a in AGGREGATORS for c, s in grids[a]
+    ]
     done = parallel_map(run, jobs, workers, desc="tuning")
-    tried = pd.DataFrame([{"method": r.aggregator, "setting": r.lr if r.aggregator == "fedavg" else r.server_lr,
-                           "seed": r.seed, "validation_accuracy": r.budget_accuracy, "diverged": r.diverged}
-                          for r in done])
+    tried = pd.DataFrame(
+        [
+            {
+                "method": r.aggregator,
+                "setting": r.lr if r.aggregator == "fedavg" else r.server_lr,
+                "seed": r.seed,
+                "validation_accuracy": r.budget_accuracy,
+                "diverged": r.diverged,
+            }
+            for r in done
+        ]
+    )
     best = chosen(best_settings(tried, "validation_accuracy", failed="diverged"))
     out = {}
     for a in AGGREGATORS:
         c, s = (best[a], math.nan) if a == "fedavg" else (lr, best[a])
-        out[a] = Tuned(a, c, s, tuple(Candidate(r.lr, r.server_lr, r.budget_accuracy, r.diverged)
-                                      for r in done if r.aggregator == a))
+        out[a] = Tuned(
+            aggregator=a,
+            lr=c,
+            server_lr=s,
+            candidates=tuple(
+                Candidate(lr=r.lr, server_lr=r.server_lr, validation_accuracy=r.budget_accuracy, diverged=r.diverged)
+                for r in done
+                if r.aggregator == a
+            ),
+        )
     return out
 
 
-def sweep(task: KeywordTask, schedule: Schedule, seeds: list[int], tuned: dict[str, Tuned], snrs: list[float],
-          label_noises: list[float], workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+def sweep(
+    task: KeywordTask,
+    schedule: Schedule,
+    seeds: list[int],
+    tuned: dict[str, Tuned],
+    snrs: list[float],
+    label_noises: list[float],
+    workers: int = 1,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tuned aggregators on clean data, and tuned FedAvg at every SNR and label-noise level, for every seed.
 
     Returns
@@ -264,15 +324,23 @@ def sweep(task: KeywordTask, schedule: Schedule, seeds: list[int], tuned: dict[s
     for seed in seeds:
         jobs += [schedule.job(a, "clean", 0.0, seed, task, tuned[a].lr, tuned[a].server_lr) for a in AGGREGATORS]
         jobs += [schedule.job("fedavg", "snr", float(v), seed, task, avg.lr, avg.server_lr) for v in snrs]
-        jobs += [schedule.job("fedavg", "label_noise", float(v), seed, task, avg.lr, avg.server_lr)
-                 for v in label_noises]
+        jobs += [schedule.job("fedavg", "label_noise", float(v), seed, task, avg.lr, avg.server_lr) for v in label_noises]
     done = parallel_map(run, jobs, workers, desc="runs")
     keys = ("aggregator", "condition", "level", "seed")
-    final = pd.DataFrame([{**{k: getattr(r, k) for k in keys}, "lr": r.lr, "server_lr": r.server_lr,
-                           "accuracy": r.accuracy, "budget_accuracy": r.budget_accuracy, "diverged": r.diverged}
-                          for r in done])
-    curves = pd.DataFrame([{**{k: getattr(r, k) for k in keys}, "round": rd, "accuracy": a}
-                           for r in done for rd, a in r.curve])
+    final = pd.DataFrame(
+        [
+            {
+                **{k: getattr(r, k) for k in keys},
+                "lr": r.lr,
+                "server_lr": r.server_lr,
+                "accuracy": r.accuracy,
+                "budget_accuracy": r.budget_accuracy,
+                "diverged": r.diverged,
+            }
+            for r in done
+        ]
+    )
+    curves = pd.DataFrame([{**{k: getattr(r, k) for k in keys}, "round": rd, "accuracy": a} for r in done for rd, a in r.curve])
     return final, curves
 
 
@@ -307,8 +375,7 @@ def claims(final: pd.DataFrame) -> dict[str, list[float]]:
 def noise_figure(final: pd.DataFrame) -> plt.Figure:
     """FedAvg's accuracy along the SNR ladder and the label-noise ladder (mean over seeds, error bar = sd)."""
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=True)
-    for ax, condition, xlabel in ((axes[0], "snr", "SNR of the recordings (dB)"),
-                                  (axes[1], "label_noise", "label-noise rate ε")):
+    for ax, condition, xlabel in ((axes[0], "snr", "SNR of the recordings (dB)"), (axes[1], "label_noise", "label-noise rate ε")):
         steps = ladder(final, condition)
         names = ["clean"] + [f"{v:g}" for v in steps.columns[1:]]
         sd = steps.std(ddof=1) if len(steps) > 1 else steps.mean() * 0
@@ -322,8 +389,7 @@ def noise_figure(final: pd.DataFrame) -> plt.Figure:
 
 def clean_curves(curves: pd.DataFrame) -> plt.Figure:
     """Test accuracy against rounds of each tuned aggregator on clean data (mean over seeds, band min to max)."""
-    return accuracy_curves(curves[curves.condition == "clean"], "aggregator", AGGREGATORS, LABELS, COLOURS,
-                           "test accuracy (%)")
+    return accuracy_curves(curves[curves.condition == "clean"], "aggregator", AGGREGATORS, LABELS, COLOURS, "test accuracy (%)")
 
 
 def clean_table(final: pd.DataFrame, tuned: dict[str, Tuned]) -> pd.DataFrame:
@@ -334,10 +400,15 @@ def clean_table(final: pd.DataFrame, tuned: dict[str, Tuned]) -> pd.DataFrame:
         r = clean[clean.aggregator == a].budget_accuracy
         t = tuned[a]
         setting = f"client lr {t.lr:g}" if a == "fedavg" else f"client lr {t.lr:g}, server lr {t.server_lr:g}"
-        rows.append({"aggregator": LABELS[a], "tuned setting": setting,
-                     "settings tried": max(1, len(t.candidates)),
-                     "accuracy (%)": f"{r.mean():.1f} ± {r.std(ddof=1) if len(r) > 1 else 0.0:.1f}",
-                     "seeds": len(r)})
+        rows.append(
+            {
+                "aggregator": LABELS[a],
+                "tuned setting": setting,
+                "settings tried": max(1, len(t.candidates)),
+                "accuracy (%)": f"{r.mean():.1f} ± {r.std(ddof=1) if len(r) > 1 else 0.0:.1f}",
+                "seeds": len(r),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -347,11 +418,15 @@ def tuning_table(tuned: dict[str, Tuned]) -> pd.DataFrame:
     for a in AGGREGATORS:
         t = tuned[a]
         for c in t.candidates:
-            rows.append({"aggregator": LABELS[a], "setting": c.setting,
-                         "validation accuracy (%)": f"{c.validation_accuracy:.1f}",
-                         "diverged": "yes" if c.diverged else "no",
-                         "chosen": "yes" if c.lr == t.lr and (c.server_lr == t.server_lr or math.isnan(t.server_lr))
-                         else ""})
+            rows.append(
+                {
+                    "aggregator": LABELS[a],
+                    "setting": c.setting,
+                    "validation accuracy (%)": f"{c.validation_accuracy:.1f}",
+                    "diverged": "yes" if c.diverged else "no",
+                    "chosen": "yes" if c.lr == t.lr and (c.server_lr == t.server_lr or math.isnan(t.server_lr)) else "",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -362,17 +437,23 @@ def divergence_text(tuned: dict[str, Tuned], final: pd.DataFrame) -> str:
     if tried == 0:
         tuning = "No tuning ran (every grid has one value), so no setting could fail."
     elif lost:
-        tuning = (f"Of the {tried} settings tried on the tuning seed, {len(lost)} diverged (a non-finite loss or weight) "
-                  f"and lost the tuning: {', '.join(lost)}.")
+        tuning = (
+            f"Of the {tried} settings tried on the tuning seed, {len(lost)} diverged (a non-finite loss or weight) "
+            f"and lost the tuning: {', '.join(lost)}."
+        )
     else:
         tuning = f"None of the {tried} settings tried on the tuning seed diverged."
     bad = final[final.diverged]
     if bad.empty:
         return f"{tuning} None of the {len(final)} reported runs diverged."
-    runs = ", ".join(f"{LABELS[r.aggregator]} {r.condition.replace('_', ' ')}"
-                     f"{'' if r.condition == 'clean' else f' {r.level:g}'} seed {r.seed}" for r in bad.itertuples())
-    return (f"{tuning} {len(bad)} of the {len(final)} reported runs diverged at their tuned setting ({runs}); "
-            "their accuracy (chance level or near it) stays in the tables and claims.")
+    runs = ", ".join(
+        f"{LABELS[r.aggregator]} {r.condition.replace('_', ' ')}{'' if r.condition == 'clean' else f' {r.level:g}'} seed {r.seed}"
+        for r in bad.itertuples()
+    )
+    return (
+        f"{tuning} {len(bad)} of the {len(final)} reported runs diverged at their tuned setting ({runs}); "
+        "their accuracy (chance level or near it) stays in the tables and claims."
+    )
 
 
 def noise_table(final: pd.DataFrame) -> pd.DataFrame:
@@ -383,9 +464,14 @@ def noise_table(final: pd.DataFrame) -> pd.DataFrame:
         base = steps["clean"]
         for col in steps.columns[1:]:
             drop = base - steps[col]
-            rows.append({"noise": what, "level": f"{col:g}",
-                         "accuracy (%)": f"{steps[col].mean():.1f} ± {steps[col].std(ddof=1) if len(steps) > 1 else 0.0:.1f}",
-                         "drop from clean (points)": f"{drop.mean():.1f}"})
+            rows.append(
+                {
+                    "noise": what,
+                    "level": f"{col:g}",
+                    "accuracy (%)": f"{steps[col].mean():.1f} ± {steps[col].std(ddof=1) if len(steps) > 1 else 0.0:.1f}",
+                    "drop from clean (points)": f"{drop.mean():.1f}",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -398,8 +484,7 @@ def spectrogram_figure(task: KeywordTask, snr: float, speaker: int = 0) -> plt.F
     fig, axes = plt.subplots(2, len(first), figsize=(1.3 * len(first), 3.2), squeeze=False)
     for (name, data), row in zip(rows, axes):
         for ax, i in zip(row, first):
-            ax.imshow(data.x_test[i].reshape(N_MELS, FRAMES), origin="lower", aspect="auto", cmap="magma",
-                      vmin=-1, vmax=1)
+            ax.imshow(data.x_test[i].reshape(N_MELS, FRAMES), origin="lower", aspect="auto", cmap="magma", vmin=-1, vmax=1)
             ax.set_xticks([])
             ax.set_yticks([])
         row[0].set_ylabel(name)

@@ -134,7 +134,7 @@ def gkt_task(spec: TaskSpec, split_factor: int) -> GktTask:
     layer; the server model maps the extractor's features through the large
     model's hidden widths to the classes.
     """
-    return GktTask(spec, client_hidden=sub_hidden(spec.hidden, split_factor), server_hidden=tuple(spec.hidden))
+    return GktTask(spec=spec, client_hidden=sub_hidden(spec.hidden, split_factor), server_hidden=tuple(spec.hidden))
 
 
 def run_fedgkt(job: DctRun) -> dict[str, Any]:
@@ -200,14 +200,33 @@ def sweep(spec: TaskSpec, split_factor: int, steps: int, rounds: int, batch_size
     curves : DataFrame
         ``method, setting, seed, round, accuracy``.
     """
-    jobs = [DctRun(m, spec, LocalSGD(batch_size, lr, 0.0), steps, rounds, s, eval_every=eval_every, device=device,
-                   progress=None if workers > 1 else f"{m} lr={lr} seed={s}", split_factor=split_factor, mu=mu,
-                   cot_final=cot_final, cot_warmup=cot_warmup, gkt_temperature=gkt_temperature,
-                   gkt_kd_weight=gkt_kd_weight, gkt_server_epochs=gkt_server_epochs)
-            for s in seeds for lr in lrs for m in METHODS]
+    jobs = [
+        DctRun(
+            method=m,
+            spec=spec,
+            sgd=LocalSGD(batch_size=batch_size, lr=lr, momentum=0.0),
+            tau=steps,
+            rounds=rounds,
+            seed=s,
+            eval_every=eval_every,
+            device=device,
+            progress=None if workers > 1 else f"{m} lr={lr} seed={s}",
+            split_factor=split_factor,
+            mu=mu,
+            cot_final=cot_final,
+            cot_warmup=cot_warmup,
+            gkt_temperature=gkt_temperature,
+            gkt_kd_weight=gkt_kd_weight,
+            gkt_server_epochs=gkt_server_epochs,
+        )
+        for s in seeds
+        for lr in lrs
+        for m in METHODS
+    ]
     done = execute(run, jobs, workers, desc="FedDCT comparison")
-    return run_tables(done, ("method", "setting", "seed", "accuracy", "budget_accuracy", TUNING_METRIC),
-                      keys=("method", "setting", "seed"))
+    return run_tables(
+        done, ("method", "setting", "seed", "accuracy", "budget_accuracy", TUNING_METRIC), keys=("method", "setting", "seed")
+    )
 
 
 def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
@@ -225,8 +244,15 @@ def rounds_to_target(curves: pd.DataFrame, rounds: int, eval_every: int) -> pd.D
         target = TARGET_SHARE * g[g.method == "fedavg_large"].accuracy.max()
         for m, h in g.groupby("method"):
             hit = h[h.accuracy >= target]["round"]
-            rows.append({"method": m, "seed": seed, "target": target, "reached": not hit.empty,
-                         "rounds": int(hit.min()) if not hit.empty else rounds + eval_every})
+            rows.append(
+                {
+                    "method": m,
+                    "seed": seed,
+                    "target": target,
+                    "reached": not hit.empty,
+                    "rounds": int(hit.min()) if not hit.empty else rounds + eval_every,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -244,18 +270,37 @@ def per_device_memory(spec: TaskSpec, split_factor: int, batch_size: int) -> pd.
     sub = build_ensemble(spec, split_factor, seed=0).members[0]
     base, _ = split_sequential(large, CUT)
     rows = []
-    for name, model in {"large model (FedAvg, FedProx)": large,
-                        f"one of {split_factor} sub-models (FedDCT, FedAvg small)": sub}.items():
+    for name, model in {
+        "large model (FedAvg, FedProx)": large,
+        f"one of {split_factor} sub-models (FedDCT, FedAvg small)": sub,
+    }.items():
         step = count_step(model, batch_size, momentum=0.0)
-        rows.append({"device": name, "parameters": step.parameters, "step memory, model (kB)": step.modelled.trained / 1e3,
-                     "step memory, torch (kB)": step.measured / 1e3})
+        rows.append(
+            {
+                "device": name,
+                "parameters": step.parameters,
+                "step memory, model (kB)": step.modelled.trained / 1e3,
+                "step memory, torch (kB)": step.measured / 1e3,
+            }
+        )
     layers = linear_layers(base)
-    rows.append({"device": "SplitFed client (layers before the cut)", "parameters": sum(lay.parameters for lay in layers),
-                 "step memory, model (kB)": step_memory(layers, len(layers), batch_size, optimizer_slots=0).trained / 1e3,
-                 "step memory, torch (kB)": float("nan")})
+    rows.append(
+        {
+            "device": "SplitFed client (layers before the cut)",
+            "parameters": sum(lay.parameters for lay in layers),
+            "step memory, model (kB)": step_memory(layers, len(layers), batch_size, optimizer_slots=0).trained / 1e3,
+            "step memory, torch (kB)": float("nan"),
+        }
+    )
     step = count_step(gkt_task(spec, split_factor).client_model(0), batch_size, momentum=0.0)
-    rows.append({"device": "FedGKT client (extractor + head)", "parameters": step.parameters,
-                 "step memory, model (kB)": step.modelled.trained / 1e3, "step memory, torch (kB)": step.measured / 1e3})
+    rows.append(
+        {
+            "device": "FedGKT client (extractor + head)",
+            "parameters": step.parameters,
+            "step memory, model (kB)": step.modelled.trained / 1e3,
+            "step memory, torch (kB)": step.measured / 1e3,
+        }
+    )
     table = pd.DataFrame(rows)
     return table.assign(**{"large / device": table["step memory, model (kB)"].iloc[0] / table["step memory, model (kB)"]})
 
@@ -265,8 +310,9 @@ def device_memory(memory: pd.DataFrame, method: str) -> pd.Series:
     return memory.iloc[DEVICE_ROW[method]]
 
 
-def claims(final: pd.DataFrame, curves: pd.DataFrame, memory: pd.DataFrame, rounds: int,
-           eval_every: int) -> dict[str, list[float]]:
+def claims(
+    final: pd.DataFrame, curves: pd.DataFrame, memory: pd.DataFrame, rounds: int, eval_every: int
+) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims, every method at the learning rate chosen on validation."""
     best = choices(final)
     sel, cur = keep_best(final, best), keep_best(curves, best)
@@ -300,8 +346,15 @@ def memory_accuracy(final: pd.DataFrame, memory: pd.DataFrame, best: tuple[Choic
 
     Methods at the same memory are drawn side by side (small horizontal offsets) with their own markers.
     """
-    markers = {"fedavg_large": "o", "fedprox_large": "s", "clustered_large": "D", "fedavg_small": "v", "feddct": "*",
-               "splitfed_large": "^", "fedgkt": "P"}
+    markers = {
+        "fedavg_large": "o",
+        "fedprox_large": "s",
+        "clustered_large": "D",
+        "fedavg_small": "v",
+        "feddct": "*",
+        "splitfed_large": "^",
+        "fedgkt": "P",
+    }
     sel = keep_best(final, best)
     kb = memory["step memory, model (kB)"]
     fig, ax = plt.subplots(figsize=(8.6, 3.8))
@@ -309,8 +362,7 @@ def memory_accuracy(final: pd.DataFrame, memory: pd.DataFrame, best: tuple[Choic
         vals = sel[sel.method == m].budget_accuracy
         peers = [p for p in METHODS if np.isclose(kb.iloc[DEVICE_ROW[p]], kb.iloc[DEVICE_ROW[m]])]
         x = kb.iloc[DEVICE_ROW[m]] * (1 + 0.04 * (peers.index(m) - (len(peers) - 1) / 2))
-        ax.errorbar(x, vals.mean(), yerr=seed_sd(vals), fmt=markers[m], ms=8,
-                    color=COLOURS[m], capsize=3, label=LABELS[m])
+        ax.errorbar(x, vals.mean(), yerr=seed_sd(vals), fmt=markers[m], ms=8, color=COLOURS[m], capsize=3, label=LABELS[m])
     ax.set_xlim(0, 1.15 * kb.max())
     ax.set_xlabel("per-device memory of one local step (kB, model)")
     ax.set_ylabel("test accuracy at the budget (%)")
@@ -327,8 +379,13 @@ def summary_table(final: pd.DataFrame, curves: pd.DataFrame, rounds: int, eval_e
     rows = []
     for m in METHODS:
         r, h = sel[sel.method == m], hit[hit.method == m]
-        rows.append({"method": LABELS[m], "lr (chosen on validation)": f"{lr[m]:g}",
-                     "test accuracy (%)": mean_sd(r.budget_accuracy),
-                     f"rounds to {TARGET_SHARE:.0%} of FedAvg-large's best": f"{h['rounds'].mean():.0f}",
-                     "seeds reaching it": f"{int(h.reached.sum())} / {len(h)}"})
+        rows.append(
+            {
+                "method": LABELS[m],
+                "lr (chosen on validation)": f"{lr[m]:g}",
+                "test accuracy (%)": mean_sd(r.budget_accuracy),
+                f"rounds to {TARGET_SHARE:.0%} of FedAvg-large's best": f"{h['rounds'].mean():.0f}",
+                "seeds reaching it": f"{int(h.reached.sum())} / {len(h)}",
+            }
+        )
     return pd.DataFrame(rows)

@@ -32,7 +32,7 @@ TUNING_METRIC = "validation_accuracy"
 """What FedProx's grid is tuned on: the final model's accuracy on the held-out training samples."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FedDrlRun(FederatedRun):
     """One run of the comparison (every client every round); the shared fields are :class:`FederatedRun`'s.
 
@@ -97,14 +97,41 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, seeds: list[int]
         FedDRL's total weight per planted cluster, per round and seed.
     """
     grid = {"fedprox": [{"mu": float(m)} for m in mus]}
-    jobs = [FedDrlRun(m, spec, sgd, tau, rounds, s, eval_every=eval_every, engine=engine, device=device, beta=beta, sigma=sigma,
-                      updates=updates, **t) for m in METHODS for t in grid.get(m, [{}]) for s in seeds]
+    jobs = [
+        FedDrlRun(
+            method=m,
+            spec=spec,
+            sgd=sgd,
+            tau=tau,
+            rounds=rounds,
+            seed=s,
+            eval_every=eval_every,
+            engine=engine,
+            device=device,
+            beta=beta,
+            sigma=sigma,
+            updates=updates,
+            **t,
+        )
+        for m in METHODS
+        for t in grid.get(m, [{}])
+        for s in seeds
+    ]
     done = execute(run, jobs, workers, desc="FedDRL comparison")
-    final, curves = run_tables(done, ("method", "setting", "seed", "accuracy", "budget_accuracy", "client_acc_std",
-                                      "validation_accuracy"), keys=("method", "setting", "seed"))
-    weights = pd.DataFrame([{"seed": r["seed"], "round": row[0], "cluster": g, "weight": w}
-                            for r in done if r["method"] == "feddrl" for row in r["cluster_weights"]
-                            for g, w in enumerate(row[1:])])
+    final, curves = run_tables(
+        done,
+        ("method", "setting", "seed", "accuracy", "budget_accuracy", "client_acc_std", "validation_accuracy"),
+        keys=("method", "setting", "seed"),
+    )
+    weights = pd.DataFrame(
+        [
+            {"seed": r["seed"], "round": row[0], "cluster": g, "weight": w}
+            for r in done
+            if r["method"] == "feddrl"
+            for row in r["cluster_weights"]
+            for g, w in enumerate(row[1:])
+        ]
+    )
     return final, curves, weights
 
 
@@ -116,9 +143,11 @@ def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
 def claims(final: pd.DataFrame) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims, FedProx at its tuned ``mu``."""
     sel = keep_best(final, choices(final))
-    return {"acc_gain_vs_fedavg": seed_differences(sel, "feddrl", "fedavg"),
-            "acc_gain_vs_fedprox": seed_differences(sel, "feddrl", "fedprox"),
-            "client_std_change_vs_fedavg": seed_differences(sel, "feddrl", "fedavg", "client_acc_std")}
+    return {
+        "acc_gain_vs_fedavg": seed_differences(sel, "feddrl", "fedavg"),
+        "acc_gain_vs_fedprox": seed_differences(sel, "feddrl", "fedprox"),
+        "client_std_change_vs_fedavg": seed_differences(sel, "feddrl", "fedavg", "client_acc_std"),
+    }
 
 
 def cluster_weight_plot(weights: pd.DataFrame, sizes: tuple[int, ...]) -> plt.Figure:
@@ -126,7 +155,7 @@ def cluster_weight_plot(weights: pd.DataFrame, sizes: tuple[int, ...]) -> plt.Fi
     fig, ax = plt.subplots(figsize=(7, 3.0))
     for g, d in weights.groupby("cluster"):
         s = d.groupby("round").weight.mean()
-        line, = ax.plot(s.index, s.values, label=f"cluster {g} ({sizes[g]} clients)")
+        (line,) = ax.plot(s.index, s.values, label=f"cluster {g} ({sizes[g]} clients)")
         ax.axhline(sizes[g] / sum(sizes), color=line.get_color(), ls=":", lw=1)
     ax.set_xlabel("round")
     ax.set_ylabel("total weight")

@@ -45,7 +45,7 @@ def make_defence(name: str, spec: TaskSpec, num_malicious: int, clip_bound: floa
     return makers[name]()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BackdoorRun:
     """One run under the edge-case attack (``attackers`` may be empty: a clean run); names as the chapter's parameters.
 
@@ -91,7 +91,7 @@ def run(job: BackdoorRun) -> dict:
         (percent of rotated test 7s called 1), and the detection rates ``tpr``, ``fpr`` over all rounds.
     """
     spec = job.spec
-    attack = robust.EdgeCaseAttack(spec, attackers=tuple(job.attackers), pdr=job.pdr, seed=job.seed)
+    attack = robust.EdgeCaseAttack(spec=spec, attackers=tuple(job.attackers), pdr=job.pdr, seed=job.seed)
     num_malicious = max(1, round(job.active_clients * len(job.attackers) / spec.num_clients))
     strat = robust.RobustFedAvg(job.active_clients, job.sgd.config(job.tau),
                                 make_defence(job.defence, spec, num_malicious, job.clip_bound, job.switch_round),
@@ -120,9 +120,27 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     Dirichlet split is random, so they are not special otherwise).
     """
     bad = tuple(range(int(round(attacker_share * spec.num_clients))))
-    jobs = [BackdoorRun(d, spec, sgd, tau, rounds, active_clients, s, atk, pdr, clip_bound, switch_round,
-                        eval_every, engine, device)
-            for atk in (bad, ()) for d in defences for s in seeds]
+    jobs = [
+        BackdoorRun(
+            defence=d,
+            spec=spec,
+            sgd=sgd,
+            tau=tau,
+            rounds=rounds,
+            active_clients=active_clients,
+            seed=s,
+            attackers=atk,
+            pdr=pdr,
+            clip_bound=clip_bound,
+            switch_round=switch_round,
+            eval_every=eval_every,
+            engine=engine,
+            device=device,
+        )
+        for atk in (bad, ())
+        for d in defences
+        for s in seeds
+    ]
     return pd.DataFrame(parallel_map(run, jobs, workers if engine == "inprocess" else 1, desc="defences"))
 
 
@@ -134,22 +152,31 @@ def claims(results: pd.DataFrame) -> dict[str, list[float]]:
     by the true-positive minus the false-positive rate under attack, so a detector that excludes everyone
     (or no one) scores zero.
     """
+
     def pick(defence: str, attacked: bool) -> pd.DataFrame:
         return results[(results.defence == defence) & (results.attacked == attacked)].set_index("seed")
 
     grad, grad_clean = pick("fedgrad", True), pick("fedgrad", False)
     none, none_clean = pick("none", True), pick("none", False)
     seeds = sorted(grad.index)
-    return {"attack_works": [none.backdoor[s] - none_clean.backdoor[s] for s in seeds],
-            "detection_tpr_minus_fpr": [100.0 * (grad.tpr[s] - grad.fpr[s]) for s in seeds],
-            "backdoor_acc_pct": [grad.backdoor[s] for s in seeds],
-            "main_acc_drop": [none.accuracy[s] - grad.accuracy[s] for s in seeds],
-            "clean_fpr_pct": [100.0 * grad_clean.fpr[s] for s in seeds]}
+    return {
+        "attack_works": [none.backdoor[s] - none_clean.backdoor[s] for s in seeds],
+        "detection_tpr_minus_fpr": [100.0 * (grad.tpr[s] - grad.fpr[s]) for s in seeds],
+        "backdoor_acc_pct": [grad.backdoor[s] for s in seeds],
+        "main_acc_drop": [none.accuracy[s] - grad.accuracy[s] for s in seeds],
+        "clean_fpr_pct": [100.0 * grad_clean.fpr[s] for s in seeds],
+    }
 
 
 # ----- figure and table ------------------------------------------------------------------
-LABELS = {"none": "no defence", "norm-clipping": "norm clipping", "multi-krum": "Multi-Krum", "rfa": "RFA",
-                  "flame-lite": "FLAME-lite", "fedgrad": "FedGrad"}
+LABELS = {
+    "none": "no defence",
+    "norm-clipping": "norm clipping",
+    "multi-krum": "Multi-Krum",
+    "rfa": "RFA",
+    "flame-lite": "FLAME-lite",
+    "fedgrad": "FedGrad",
+}
 
 
 def defence_bars(results: pd.DataFrame) -> plt.Figure:
@@ -158,8 +185,10 @@ def defence_bars(results: pd.DataFrame) -> plt.Figure:
     order = [d for d in LABELS if d in set(att.defence)]
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     x = np.arange(len(order))
-    for off, col, colour, label in ((-0.2, "accuracy", "tab:blue", "main-task accuracy"),
-                                    (0.2, "backdoor", "tab:red", "backdoor accuracy")):
+    for off, col, colour, label in (
+        (-0.2, "accuracy", "tab:blue", "main-task accuracy"),
+        (0.2, "backdoor", "tab:red", "backdoor accuracy"),
+    ):
         means = [att[att.defence == d][col].mean() for d in order]
         ax.bar(x + off, means, width=0.4, color=colour, alpha=0.8, label=label)
         for i, d in enumerate(order):
@@ -178,13 +207,15 @@ def summary_table(results: pd.DataFrame) -> pd.DataFrame:
     for d in [d for d in LABELS if d in set(results.defence)]:
         a = results[(results.defence == d) & results.attacked]
         c = results[(results.defence == d) & ~results.attacked]
-        rows.append({
-            "defence": LABELS[d],
-            "main-task accuracy (%)": f"{a.accuracy.mean():.1f} ± {a.accuracy.std():.1f}",
-            "backdoor accuracy (%)": f"{a.backdoor.mean():.1f} ± {a.backdoor.std():.1f}",
-            "attackers flagged (TPR, %)": f"{100 * a.tpr.mean():.0f}",
-            "honest flagged, attacked (FPR, %)": f"{100 * a.fpr.mean():.0f}",
-            "honest flagged, no attack (FPR, %)": f"{100 * c.fpr.mean():.0f}",
-            "clean accuracy (%)": f"{c.accuracy.mean():.1f}",
-        })
+        rows.append(
+            {
+                "defence": LABELS[d],
+                "main-task accuracy (%)": f"{a.accuracy.mean():.1f} ± {a.accuracy.std():.1f}",
+                "backdoor accuracy (%)": f"{a.backdoor.mean():.1f} ± {a.backdoor.std():.1f}",
+                "attackers flagged (TPR, %)": f"{100 * a.tpr.mean():.0f}",
+                "honest flagged, attacked (FPR, %)": f"{100 * a.fpr.mean():.0f}",
+                "honest flagged, no attack (FPR, %)": f"{100 * c.fpr.mean():.0f}",
+                "clean accuracy (%)": f"{c.accuracy.mean():.1f}",
+            }
+        )
     return pd.DataFrame(rows)

@@ -24,7 +24,7 @@ from repro.parallel import parallel_map
 METHODS = ("fedavg", "fedavg_long", "fedlama")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FedLamaRun:
     """One run of the comparison; field names are the chapter's parameters.
 
@@ -124,13 +124,32 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, phis: list[int], rounds: int,
     """
     w = workers if engine == "inprocess" else 1
     runs = [("fedavg", 1)] + [(m, phi) for phi in phis for m in ("fedavg_long", "fedlama")]
-    jobs = [FedLamaRun(m, phi, seed, spec, sgd, tau, rounds, active_clients, eval_every, engine, warmup=warmup,
-                       progress=None if w > 1 else f"{m} phi={phi} seed={seed}", device=device)
-            for seed in seeds for m, phi in runs]
+    jobs = [
+        FedLamaRun(
+            method=m,
+            phi=phi,
+            seed=seed,
+            spec=spec,
+            sgd=sgd,
+            tau=tau,
+            rounds=rounds,
+            active_clients=active_clients,
+            eval_every=eval_every,
+            engine=engine,
+            warmup=warmup,
+            progress=None if w > 1 else f"{m} phi={phi} seed={seed}",
+            device=device,
+        )
+        for seed in seeds
+        for m, phi in runs
+    ]
     done = parallel_map(run, jobs, w)
     rows = [{k: d[k] for k in ("method", "phi", "seed", "accuracy", "comm")} for d in done]
-    curves = [{"method": d["method"], "phi": d["phi"], "seed": d["seed"], "round": r, "accuracy": a, "comm": c}
-              for d in done for r, a, c in d["curve"]]
+    curves = [
+        {"method": d["method"], "phi": d["phi"], "seed": d["seed"], "round": r, "accuracy": a, "comm": c}
+        for d in done
+        for r, a, c in d["curve"]
+    ]
     timelines = {(d["phi"], d["seed"]): d["timeline"] for d in done if d["timeline"] is not None}
     return pd.DataFrame(rows), pd.DataFrame(curves), timelines
 
@@ -170,8 +189,9 @@ def accuracy_vs_communication(curves: pd.DataFrame, phis: list[int]) -> plt.Figu
     for ax, phi in zip(axes[0], phis):
         for method, colour in (("fedavg", "tab:gray"), ("fedavg_long", "tab:orange"), ("fedlama", "tab:blue")):
             sel = curves[(curves.method == method) & ((curves.phi == phi) | (method == "fedavg"))]
-            g = sel.groupby("round").agg(acc=("accuracy", "mean"), lo=("accuracy", "min"), hi=("accuracy", "max"),
-                                         comm=("comm", "mean"))
+            g = sel.groupby("round").agg(
+                acc=("accuracy", "mean"), lo=("accuracy", "min"), hi=("accuracy", "max"), comm=("comm", "mean")
+            )
             x = g.comm.to_numpy() / 1e6
             ax.plot(x, g.acc, marker="o", ms=3, color=colour, label=method_label(method, phi))
             ax.fill_between(x, g.lo, g.hi, color=colour, alpha=0.15)
@@ -189,8 +209,13 @@ def interval_timeline(timeline: dict[int, dict[str, int]], sizes: dict[str, int]
     layers = list(timeline[rounds[0]])
     grid = np.array([[timeline[r][k] for r in rounds] for k in layers])
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(layers) + 1.2))
-    im = ax.imshow(grid, aspect="auto", cmap="Blues", interpolation="nearest",
-                   extent=(rounds[0] - 0.5, rounds[-1] + 0.5, len(layers) - 0.5, -0.5))
+    im = ax.imshow(
+        grid,
+        aspect="auto",
+        cmap="Blues",
+        interpolation="nearest",
+        extent=(rounds[0] - 0.5, rounds[-1] + 0.5, len(layers) - 0.5, -0.5),
+    )
     names = [f"{k} ({sizes[k]:,})" if sizes else k for k in layers]
     ax.set_yticks(range(len(layers)), names)
     ax.set_xlabel("round (of $\\tau'$ local steps)")
@@ -205,10 +230,13 @@ def summary_table(final: pd.DataFrame) -> pd.DataFrame:
     base = final[final.method == "fedavg"].set_index("seed").comm
     df = final.assign(rel_comm=final.apply(lambda r: r.comm / base[r.seed], axis=1))
     g = df.groupby(["method", "phi"], sort=False).agg(
-        acc=("accuracy", "mean"), acc_sd=("accuracy", "std"), rel=("rel_comm", "mean"), seeds=("seed", "count"))
-    return pd.DataFrame({
-        "method": [method_label(m, p) for m, p in g.index],
-        "final accuracy (%)": [f"{a:.1f} ± {0 if np.isnan(s) else s:.1f}" for a, s in zip(g.acc, g.acc_sd)],
-        "communication vs FedAvg(τ')": [f"{r:.2f}×" for r in g.rel],
-        "seeds": g.seeds.to_numpy(),
-    })
+        acc=("accuracy", "mean"), acc_sd=("accuracy", "std"), rel=("rel_comm", "mean"), seeds=("seed", "count")
+    )
+    return pd.DataFrame(
+        {
+            "method": [method_label(m, p) for m, p in g.index],
+            "final accuracy (%)": [f"{a:.1f} ± {0 if np.isnan(s) else s:.1f}" for a, s in zip(g.acc, g.acc_sd)],
+            "communication vs FedAvg(τ')": [f"{r:.2f}×" for r in g.rel],
+            "seeds": g.seeds.to_numpy(),
+        }
+    )

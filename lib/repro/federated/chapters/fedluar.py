@@ -24,7 +24,7 @@ from repro.models import count_parameters
 METHODS = ("fedavg", "fedluar", "drop", "uniform", "topk")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FedLuarRun(FederatedRun):
     """One run of the comparison; the shared fields are :class:`FederatedRun`'s.
 
@@ -97,8 +97,20 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
         raise ValueError(f"parameter 'delta' ({delta}) must be one of deltas {deltas}")
 
     def job(method: str, seed: int, d: int, keep: float = 1.0) -> FedLuarRun:
-        return FedLuarRun(method, spec, sgd, tau, rounds, seed, active_clients=active_clients, eval_every=eval_every,
-                          engine=engine, device=device, delta=d, keep=keep)
+        return FedLuarRun(
+            method=method,
+            spec=spec,
+            sgd=sgd,
+            tau=tau,
+            rounds=rounds,
+            seed=seed,
+            active_clients=active_clients,
+            eval_every=eval_every,
+            engine=engine,
+            device=device,
+            delta=d,
+            keep=keep,
+        )
 
     first = [job("fedavg", s, 0) for s in seeds]
     first += [job("fedluar", s, d) for d in deltas for s in seeds]
@@ -106,8 +118,12 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     done = execute(run, first, workers, desc="FedAvg, FedLUAR and ablations")
     keep = {r["seed"]: r["uplink"] for r in done if r["method"] == "fedluar" and r["delta"] == delta}
     done += execute(run, [job("topk", s, delta, keep[s]) for s in seeds], workers, desc="top-k at FedLUAR's uplink")
-    final, curves = run_tables(done, ("method", "delta", "seed", "accuracy", "uplink"), keys=("method", "delta", "seed"),
-                               curve_columns=("round", "accuracy", "uplink"))
+    final, curves = run_tables(
+        done,
+        ("method", "delta", "seed", "accuracy", "uplink"),
+        keys=("method", "delta", "seed"),
+        curve_columns=("round", "accuracy", "uplink"),
+    )
     recycled = {(r["delta"], r["seed"]): r["recycled"] for r in done if r["method"] == "fedluar"}
     return final, curves, recycled
 
@@ -118,6 +134,7 @@ def claims(final: pd.DataFrame, delta: int, margin: float = 1.0) -> dict[str, li
     ``uplink_cost_pct`` joins the uplink with accuracy: a seed whose FedLUAR accuracy is more than
     ``margin`` points below FedAvg's counts as 100% (no saving at an acceptable accuracy).
     """
+
     def pick(method: str) -> pd.DataFrame:
         d = 0 if method == "fedavg" else delta
         return final[(final.method == method) & (final.delta == d)].set_index("seed")
@@ -141,14 +158,16 @@ LABELS = {
     "uniform": "recycle, uniform selection",
     "topk": "top-k sparsified updates (error feedback)",
 }
-_COLOURS = {"fedavg": "tab:gray", "fedluar": "tab:blue", "drop": "tab:red", "uniform": "tab:purple",
-            "topk": "tab:orange"}
+_COLOURS = {"fedavg": "tab:gray", "fedluar": "tab:blue", "drop": "tab:red", "uniform": "tab:purple", "topk": "tab:orange"}
 
 
 def mean_sd(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Accuracy mean and sd, uplink mean and seed count per group of ``by``."""
-    return df.groupby(by, sort=True).agg(acc=("accuracy", "mean"), acc_sd=("accuracy", "std"),
-                                         up=("uplink", "mean"), seeds=("seed", "count")).reset_index()
+    return (
+        df.groupby(by, sort=True)
+        .agg(acc=("accuracy", "mean"), acc_sd=("accuracy", "std"), up=("uplink", "mean"), seeds=("seed", "count"))
+        .reset_index()
+    )
 
 
 def accuracy_vs_uplink(final: pd.DataFrame, delta: int) -> plt.Figure:
@@ -160,14 +179,24 @@ def accuracy_vs_uplink(final: pd.DataFrame, delta: int) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     g = mean_sd(final, ["method", "delta"]).fillna({"acc_sd": 0.0})
     luar = g[g.method == "fedluar"].sort_values("up")
-    ax.errorbar(100 * luar.up, luar.acc, yerr=luar.acc_sd, marker="o", color=_COLOURS["fedluar"],
-                label=LABELS["fedluar"], capsize=3)
+    ax.errorbar(
+        100 * luar.up, luar.acc, yerr=luar.acc_sd, marker="o", color=_COLOURS["fedluar"], label=LABELS["fedluar"], capsize=3
+    )
     for _, r in luar.iterrows():
         ax.annotate(f"δ={int(r.delta)}", (100 * r.up, r.acc), textcoords="offset points", xytext=(4, 6), fontsize=8)
     for m, marker in (("fedavg", "s"), ("drop", "v"), ("uniform", "D"), ("topk", "^")):
         sel = g[(g.method == m) & ((g.delta == delta) | (m == "fedavg"))]
-        ax.errorbar(100 * sel.up, sel.acc, yerr=sel.acc_sd, marker=marker, ls="none", color=_COLOURS[m],
-                    label=LABELS[m] + ("" if m == "fedavg" else f", δ={delta}"), capsize=3, ms=7)
+        ax.errorbar(
+            100 * sel.up,
+            sel.acc,
+            yerr=sel.acc_sd,
+            marker=marker,
+            ls="none",
+            color=_COLOURS[m],
+            label=LABELS[m] + ("" if m == "fedavg" else f", δ={delta}"),
+            capsize=3,
+            ms=7,
+        )
     ax.set_xlabel("uplink communication (% of FedAvg's)")
     ax.set_ylabel("final test accuracy (%)")
     ax.legend(loc="lower right", fontsize=8)
@@ -207,12 +236,12 @@ def summary_table(final: pd.DataFrame) -> pd.DataFrame:
     g = mean_sd(final, ["method", "delta"]).fillna({"acc_sd": 0.0})
     order = {m: i for i, m in enumerate(LABELS)}
     g = g.sort_values(["method", "delta"], key=lambda c: c.map(order) if c.name == "method" else c)
-    return pd.DataFrame({
-        "method": [LABELS[m] for m in g.method],
-        "δ": ["–" if m == "fedavg" else str(int(d)) for m, d in zip(g.method, g.delta)],
-        "final accuracy (%)": [f"{a:.1f} ± {s:.1f}" for a, s in zip(g.acc, g.acc_sd)],
-        "uplink (% of FedAvg)": [f"{100 * u:.0f}" for u in g.up],
-        "seeds": g.seeds.to_numpy(),
-    })
-
-
+    return pd.DataFrame(
+        {
+            "method": [LABELS[m] for m in g.method],
+            "δ": ["–" if m == "fedavg" else str(int(d)) for m, d in zip(g.method, g.delta)],
+            "final accuracy (%)": [f"{a:.1f} ± {s:.1f}" for a, s in zip(g.acc, g.acc_sd)],
+            "uplink (% of FedAvg)": [f"{100 * u:.0f}" for u in g.up],
+            "seeds": g.seeds.to_numpy(),
+        }
+    )

@@ -93,9 +93,13 @@ class KdRun(FederatedRun):
 
     def recipe(self) -> Recipe:
         """The steps of a round for this method."""
-        return {"strong_only": Recipe(False, "ce"), "aux_all": Recipe(True, "none"),
-                "feddf": Recipe(True, "ce", server_pool_steps=self.server_steps), "kd_only": Recipe(True, "kd"),
-                "ondevice_kd": Recipe(True, "ce-then-kd")}[self.method]
+        return {
+            "strong_only": Recipe(train_aux=False, large_loss="ce"),
+            "aux_all": Recipe(train_aux=True, large_loss="none"),
+            "feddf": Recipe(train_aux=True, large_loss="ce", server_pool_steps=self.server_steps),
+            "kd_only": Recipe(train_aux=True, large_loss="kd"),
+            "ondevice_kd": Recipe(train_aux=True, large_loss="ce-then-kd"),
+        }[self.method]
 
     def client_tiers(self) -> list[Tier]:
         """Strong or weak, per client (the same for every method of a seed)."""
@@ -115,8 +119,12 @@ class KdRun(FederatedRun):
 def client_tiers(spec: TaskSpec, strong_share: float, seed: int) -> list[Tier]:
     """Each client strong (can train ``L``) or weak (only ``A``), in the shares asked, shuffled with ``seed``."""
     layers = len(spec.hidden) + 1
-    return assign_tiers(spec.num_clients, [strong_share, 1.0 - strong_share],
-                        [Tier("strong", layers, 1.0), Tier("weak", 0, 1.0)], seed=seed)
+    return assign_tiers(
+        spec.num_clients,
+        [strong_share, 1.0 - strong_share],
+        [Tier(name="strong", trained_layers=layers, width=1.0), Tier(name="weak", trained_layers=0, width=1.0)],
+        seed=seed,
+    )
 
 
 def run(job: KdRun) -> dict[str, Any]:
@@ -133,13 +141,27 @@ def run(job: KdRun) -> dict[str, Any]:
     """
     tiers = job.client_tiers()
     recipe = job.recipe()
-    strategy = TwoModelFedAvg(job.clients_per_round, job.local, tiers, recipe, seed=job.seed,
-                              temperature=job.temperature, kd_final=job.kd_final, kd_rampup=job.kd_rampup,
-                              pool=job.pool() if recipe.server_pool_steps else None, spec=job.spec,
-                              aux_hidden=job.aux_hidden)
+    strategy = TwoModelFedAvg(
+        job.clients_per_round,
+        job.local,
+        tiers,
+        recipe,
+        seed=job.seed,
+        temperature=job.temperature,
+        kd_final=job.kd_final,
+        kd_rampup=job.kd_rampup,
+        pool=job.pool() if recipe.server_pool_steps else None,
+        spec=job.spec,
+        aux_hidden=job.aux_hidden,
+    )
     app = make_two_model_client_app(job.spec, job.aux_hidden, job.labelled_share, job.run_config)
-    hist = job.simulate(strategy, app, pair_arrays(job.spec, job.aux_hidden, job.seed),
-                        pair_evaluator(job.spec, job.aux_hidden, job.evaluated), flower_rounds=2)
+    hist = job.simulate(
+        strategy,
+        app,
+        pair_arrays(job.spec, job.aux_hidden, job.seed),
+        pair_evaluator(job.spec, job.aux_hidden, job.evaluated),
+        flower_rounds=2,
+    )
     s = RunSummary.of(hist)
     sizes = strategy.comm.sizes if strategy.comm is not None else {}
     moved = {t.partition_id: 0 for t in strategy.traffic}
@@ -148,10 +170,13 @@ def run(job: KdRun) -> dict[str, Any]:
     assert hist.final_arrays is not None
     model = build_pair(job.spec, job.aux_hidden, seed=0)[job.evaluated]
     set_weights(model, strip(from_arrayrecord(hist.final_arrays), job.evaluated))
-    return summary_record(job, dataclasses.replace(s, curve=tuple((r // 2, a) for r, a in s.curve)),
-                          validation_accuracy=model_validation_accuracy(job.spec, model),
-                          weak_large_scalars=sum(v for p, v in moved.items() if tiers[p].name != "strong"),
-                          large_scalars=sum(moved.values()))
+    return summary_record(
+        job,
+        dataclasses.replace(s, curve=tuple((r // 2, a) for r, a in s.curve)),
+        validation_accuracy=model_validation_accuracy(job.spec, model),
+        weak_large_scalars=sum(v for p, v in moved.items() if tiers[p].name != "strong"),
+        large_scalars=sum(moved.values()),
+    )
 
 
 def sweep(base: KdRun, lrs: list[float], seeds: list[int], workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -166,12 +191,24 @@ def sweep(base: KdRun, lrs: list[float], seeds: list[int], workers: int = 1) -> 
     curves : DataFrame
         ``method, setting, seed, round, accuracy``.
     """
-    jobs = [dataclasses.replace(base, method=m, seed=s, sgd=dataclasses.replace(base.sgd, lr=lr),
-                                progress=None if workers > 1 else f"{m} lr={lr} seed={s}")
-            for s in seeds for lr in lrs for m in METHODS]
+    jobs = [
+        dataclasses.replace(
+            base,
+            method=m,
+            seed=s,
+            sgd=dataclasses.replace(base.sgd, lr=lr),
+            progress=None if workers > 1 else f"{m} lr={lr} seed={s}",
+        )
+        for s in seeds
+        for lr in lrs
+        for m in METHODS
+    ]
     done = execute(run, jobs, workers, desc="on-device KD comparison")
-    return run_tables(done, ("method", "setting", "seed", "accuracy", "budget_accuracy", TUNING_METRIC,
-                             "weak_large_scalars", "large_scalars"), keys=("method", "setting", "seed"))
+    return run_tables(
+        done,
+        ("method", "setting", "seed", "accuracy", "budget_accuracy", TUNING_METRIC, "weak_large_scalars", "large_scalars"),
+        keys=("method", "setting", "seed"),
+    )
 
 
 def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
@@ -198,8 +235,14 @@ def memory_table(spec: TaskSpec, aux_hidden: tuple[int, ...], batch_size: int, m
     rows = []
     for name, label in ((AUX, "A (every client)"), (LARGE, "L (strong clients)")):
         step = count_step(pair[name], batch_size, momentum)
-        rows.append({"model": label, "parameters": step.parameters, "step memory, model (kB)": step.modelled.trained / 1e3,
-                     "step memory, torch (kB)": step.measured / 1e3})
+        rows.append(
+            {
+                "model": label,
+                "parameters": step.parameters,
+                "step memory, model (kB)": step.modelled.trained / 1e3,
+                "step memory, torch (kB)": step.measured / 1e3,
+            }
+        )
     table = pd.DataFrame(rows)
     return table.assign(**{"relative to A": table["step memory, model (kB)"] / table["step memory, model (kB)"].iloc[0]})
 
@@ -207,8 +250,9 @@ def memory_table(spec: TaskSpec, aux_hidden: tuple[int, ...], batch_size: int, m
 # ----- figures and tables ----------------------------------------------------------------------
 def accuracy_curves(curves: pd.DataFrame, best: tuple[Choice, ...]) -> plt.Figure:
     """Test accuracy against rounds per method at its chosen learning rate (mean over seeds, band min to max)."""
-    fig = tuned_accuracy_curves(curves, best, METHODS, LABELS, COLOURS, xlabel="round (aux step + large step)",
-                                figsize=(8.8, 4.0))
+    fig = tuned_accuracy_curves(
+        curves, best, METHODS, LABELS, COLOURS, xlabel="round (aux step + large step)", figsize=(8.8, 4.0)
+    )
     fig.axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig
@@ -236,8 +280,14 @@ def summary_table(final: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for m in METHODS:
         r = sel[sel.method == m]
-        rows.append({"method": LABELS[m], "lr (chosen on validation)": f"{lr[m]:g}",
-                     "test accuracy (%)": mean_sd(r.budget_accuracy),
-                     "L scalars moved (millions)": round(r.large_scalars.mean() / 1e6, 2),
-                     "of which by weak clients": int(r.weak_large_scalars.max()), "seeds": len(r)})
+        rows.append(
+            {
+                "method": LABELS[m],
+                "lr (chosen on validation)": f"{lr[m]:g}",
+                "test accuracy (%)": mean_sd(r.budget_accuracy),
+                "L scalars moved (millions)": round(r.large_scalars.mean() / 1e6, 2),
+                "of which by weak clients": int(r.weak_large_scalars.max()),
+                "seeds": len(r),
+            }
+        )
     return pd.DataFrame(rows)

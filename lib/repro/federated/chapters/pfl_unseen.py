@@ -48,7 +48,7 @@ LABELS = {"fedavg": "FedAvg", "fedavg_em": "FedAvg + EM prior", "fedrep": "FedRe
 COLOURS = {"fedavg": "tab:gray", "fedavg_em": "tab:brown", "fedrep": "tab:orange", "hypernet": "tab:blue"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Federation:
     """The clients of the chapter.
 
@@ -97,10 +97,16 @@ class Federation:
     def hyper_spec(self, descriptor: int, hyper_hidden: int) -> HyperSpec:
         """The hypernetwork's sizes on this federation's data."""
         ds, _ = load_task_data(self.spec)
-        return HyperSpec(ds.num_features, self.spec.hidden[0], descriptor, hyper_hidden, ds.num_classes)
+        return HyperSpec(
+            in_features=ds.num_features,
+            body_width=self.spec.hidden[0],
+            descriptor=descriptor,
+            hyper_hidden=hyper_hidden,
+            num_classes=ds.num_classes,
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClientSets:
     """One client's arrays: training inputs and labels, and its test draw (all with its feature shift)."""
 
@@ -125,18 +131,21 @@ def client_sets(fed: Federation) -> tuple[ClientSets, ...]:
         labels = rng.choice(ds.num_classes, size=fed.test_per_client, p=mix)
         test = np.array([rng.choice(by_class[k]) for k in labels])
         shift = shifts[groups[c]]
-        out.append(ClientSets(shift.apply(ds.x_train[idx], lo, hi), y, shift.apply(ds.x_test[test], lo, hi),
-                              ds.y_test[test]))
+        out.append(
+            ClientSets(
+                x=shift.apply(ds.x_train[idx], lo, hi), y=y, x_test=shift.apply(ds.x_test[test], lo, hi), y_test=ds.y_test[test]
+            )
+        )
     return tuple(out)
 
 
 def sealed(fed: Federation, client: int) -> tuple[UnseenClientData, UnseenClientData]:
     """An unseen client as the methods see it: its unlabelled inputs, and its test draw (labels sealed alike)."""
     s = client_sets(fed)[client]
-    return UnseenClientData(client, s.x, s.y), UnseenClientData(client, s.x_test, s.y_test)
+    return UnseenClientData(client=client, x=s.x, _sealed_y=s.y), UnseenClientData(client=client, x=s.x_test, _sealed_y=s.y_test)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Schedule:
     """What every run of a sweep shares besides the method, seed and learning rate.
 
@@ -165,10 +174,10 @@ class Schedule:
 
     def job(self, method: str, seed: int, fed: Federation, lr: float) -> PersonalRun:
         """One :class:`PersonalRun` with this schedule."""
-        return PersonalRun(method, seed, fed, lr, self)
+        return PersonalRun(method=method, seed=seed, fed=fed, lr=lr, schedule=self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PersonalRun:
     """One training run on the seen clients.
 
@@ -197,7 +206,7 @@ class PersonalRun:
             raise ValueError(f"parameter 'method': must be one of {TRAINED}, got {self.method!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunRecord:
     """One method's scores from one run: mean accuracy (percent) over seen and over unseen clients, and per client."""
 
@@ -225,7 +234,6 @@ def training_prior(fed: Federation) -> np.ndarray:
     sets, (seen, _) = client_sets(fed), fed.split()
     counts = np.bincount(np.concatenate([sets[c].y for c in seen]), minlength=fed.hyper_spec(1, 1).num_classes)
     return counts / counts.sum()
-
 
 
 def score_clients(fed: Federation, predict) -> tuple[tuple[int, bool, float], ...]:
@@ -324,15 +332,30 @@ def run(job: PersonalRun) -> list[RunRecord]:
         rows = score_clients(fed, next(iter(predictors(weights).values())))
         return {"accuracy": float(np.mean([a for _, s, a in rows if s])), "loss": float("nan")}
 
-    hist = run_federated(strategy, app, len(seen), initial, plan.rounds, seen_mean,
-                         [r for r in eval_schedule(plan.rounds, plan.eval_every) if r > 0])
+    hist = run_federated(
+        strategy,
+        app,
+        len(seen),
+        initial,
+        plan.rounds,
+        seen_mean,
+        [r for r in eval_schedule(plan.rounds, plan.eval_every) if r > 0],
+    )
     weights = from_arrayrecord(hist.final_arrays)
     out = []
     for method, predict in predictors(weights).items():
         rows = score_clients(fed, predict)
-        out.append(RunRecord(method, job.seed, job.lr, float(np.mean([a for _, s, a in rows if s])),
-                             float(np.mean([a for _, s, a in rows if not s])), rows,
-                             tuple(zip(hist.rounds, hist.accuracy)) if method != "fedavg_em" else ()))
+        out.append(
+            RunRecord(
+                method=method,
+                seed=job.seed,
+                lr=job.lr,
+                seen_accuracy=float(np.mean([a for _, s, a in rows if s])),
+                unseen_accuracy=float(np.mean([a for _, s, a in rows if not s])),
+                per_client=rows,
+                curve=tuple(zip(hist.rounds, hist.accuracy)) if method != "fedavg_em" else (),
+            )
+        )
     return out
 
 
@@ -349,15 +372,22 @@ def tune(fed: Federation, schedule: Schedule, tune_seed: int, lrs: list[float], 
     """
     if len(lrs) == 1:
         return {m: float(lrs[0]) for m in TRAINED}
-    done = _flatten(parallel_map(run, [schedule.job(m, tune_seed, fed, lr) for m in TRAINED for lr in lrs], workers,
-                                 desc="tuning"))
-    tried = pd.DataFrame([{"method": r.method, "setting": r.lr, "seed": r.seed, "seen_accuracy": r.seen_accuracy}
-                          for r in done if r.method in TRAINED])
+    done = _flatten(
+        parallel_map(run, [schedule.job(m, tune_seed, fed, lr) for m in TRAINED for lr in lrs], workers, desc="tuning")
+    )
+    tried = pd.DataFrame(
+        [
+            {"method": r.method, "setting": r.lr, "seed": r.seed, "seen_accuracy": r.seen_accuracy}
+            for r in done
+            if r.method in TRAINED
+        ]
+    )
     return chosen(best_settings(tried, "seen_accuracy"))
 
 
-def sweep(fed: Federation, schedule: Schedule, seeds: list[int], tuned: dict[str, float],
-          workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def sweep(
+    fed: Federation, schedule: Schedule, seeds: list[int], tuned: dict[str, float], workers: int = 1
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Every tuned method on every seed.
 
     Returns
@@ -370,17 +400,28 @@ def sweep(fed: Federation, schedule: Schedule, seeds: list[int], tuned: dict[str
         ``method, seed, round, accuracy`` (mean over seen clients at every evaluation).
     """
     done = _flatten(parallel_map(run, [schedule.job(m, s, fed, tuned[m]) for s in seeds for m in TRAINED], workers))
-    final = pd.DataFrame([{"method": r.method, "seed": r.seed, "lr": r.lr, "seen_accuracy": r.seen_accuracy,
-                           "unseen_accuracy": r.unseen_accuracy} for r in done])
-    clients = pd.DataFrame([{"method": r.method, "seed": r.seed, "client": c, "seen": s, "accuracy": a}
-                            for r in done for c, s, a in r.per_client])
-    curves = pd.DataFrame([{"method": r.method, "seed": r.seed, "round": rd, "accuracy": a}
-                           for r in done for rd, a in r.curve])
+    final = pd.DataFrame(
+        [
+            {
+                "method": r.method,
+                "seed": r.seed,
+                "lr": r.lr,
+                "seen_accuracy": r.seen_accuracy,
+                "unseen_accuracy": r.unseen_accuracy,
+            }
+            for r in done
+        ]
+    )
+    clients = pd.DataFrame(
+        [{"method": r.method, "seed": r.seed, "client": c, "seen": s, "accuracy": a} for r in done for c, s, a in r.per_client]
+    )
+    curves = pd.DataFrame([{"method": r.method, "seed": r.seed, "round": rd, "accuracy": a} for r in done for rd, a in r.curve])
     return final, clients, curves
 
 
 def claims(final: pd.DataFrame) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims (points of mean client accuracy)."""
+
     def acc(method: str, column: str) -> pd.Series:
         return final[final.method == method].set_index("seed")[column]
 
@@ -390,11 +431,13 @@ def claims(final: pd.DataFrame) -> dict[str, list[float]]:
         a, b = acc("hypernet", column), acc(base, column)
         return [float(a[s] - b[s]) for s in seeds]
 
-    return {"unseen_gain_vs_fedavg": gain("fedavg", "unseen_accuracy"),
-            "unseen_gain_vs_em": gain("fedavg_em", "unseen_accuracy"),
-            "unseen_gain_vs_fedrep": gain("fedrep", "unseen_accuracy"),
-            "seen_gain_vs_fedavg": gain("fedavg", "seen_accuracy"),
-            "seen_gain_vs_fedrep": gain("fedrep", "seen_accuracy")}
+    return {
+        "unseen_gain_vs_fedavg": gain("fedavg", "unseen_accuracy"),
+        "unseen_gain_vs_em": gain("fedavg_em", "unseen_accuracy"),
+        "unseen_gain_vs_fedrep": gain("fedrep", "unseen_accuracy"),
+        "seen_gain_vs_fedavg": gain("fedavg", "seen_accuracy"),
+        "seen_gain_vs_fedrep": gain("fedrep", "seen_accuracy"),
+    }
 
 
 # ----- figures and tables ----------------------------------------------------------------------
@@ -406,8 +449,15 @@ def accuracy_bars(final: pd.DataFrame) -> plt.Figure:
         r = final[final.method == m]
         means = [r.seen_accuracy.mean(), r.unseen_accuracy.mean()]
         sds = [r.seen_accuracy.std(ddof=1), r.unseen_accuracy.std(ddof=1)] if len(r) > 1 else [0.0, 0.0]
-        ax.bar(np.arange(2) + (j - (len(METHODS) - 1) / 2) * width, means, width, yerr=sds, capsize=2,
-               color=COLOURS[m], label=LABELS[m])
+        ax.bar(
+            np.arange(2) + (j - (len(METHODS) - 1) / 2) * width,
+            means,
+            width,
+            yerr=sds,
+            capsize=2,
+            color=COLOURS[m],
+            label=LABELS[m],
+        )
     ax.set_xticks(range(2), ["seen clients", "unseen clients (no labels, no training)"])
     ax.set_ylabel("mean client accuracy (%)")
     ax.set_ylim(0, 100)
@@ -442,9 +492,14 @@ def summary_table(final: pd.DataFrame, tuned: dict[str, float]) -> pd.DataFrame:
     rows = []
     for m in METHODS:
         r = final[final.method == m]
-        sd = (lambda c: r[c].std(ddof=1) if len(r) > 1 else 0.0)
-        rows.append({"method": LABELS[m], "learning rate": tuned["fedavg" if m == "fedavg_em" else m],
-                     "seen clients (%)": f"{r.seen_accuracy.mean():.1f} ± {sd('seen_accuracy'):.1f}",
-                     "unseen clients (%)": f"{r.unseen_accuracy.mean():.1f} ± {sd('unseen_accuracy'):.1f}",
-                     "seeds": len(r)})
+        sd = lambda c: r[c].std(ddof=1) if len(r) > 1 else 0.0
+        rows.append(
+            {
+                "method": LABELS[m],
+                "learning rate": tuned["fedavg" if m == "fedavg_em" else m],
+                "seen clients (%)": f"{r.seen_accuracy.mean():.1f} ± {sd('seen_accuracy'):.1f}",
+                "unseen clients (%)": f"{r.unseen_accuracy.mean():.1f} ± {sd('unseen_accuracy'):.1f}",
+                "seeds": len(r),
+            }
+        )
     return pd.DataFrame(rows)

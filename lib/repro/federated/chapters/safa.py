@@ -45,7 +45,7 @@ BASELINES = ("fedprox", "feddyn", "scaffold")
 """The generic non-IID remedies SAFA's main claim is judged against (the best of them, tuned)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SafaRun(FederatedRun):
     """One run of the comparison; the shared fields are :class:`FederatedRun`'s.
 
@@ -111,7 +111,7 @@ def run(job: SafaRun) -> dict:
                           validation_accuracy=validation_accuracy(job.spec, hist.final_arrays))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepTables:
     """What :func:`sweep` returns.
 
@@ -143,7 +143,7 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     """
     def job(method: str, task: TaskSpec, seed: int, **tuned: float | LocalSGD) -> SafaRun:
         fields = {"sgd": sgd, **tuned}
-        return SafaRun(method, task, tau=tau, rounds=rounds, seed=seed, active_clients=active_clients,
+        return SafaRun(method=method, spec=task, tau=tau, rounds=rounds, seed=seed, active_clients=active_clients,
                        eval_every=eval_every, engine=engine, device=device, lam=lam, mix=mix, period=period,
                        period_rule=period_rule, **fields)
 
@@ -159,7 +159,7 @@ def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: 
     periods = pd.DataFrame([{"method": r["method"], "alpha": r["alpha"], "seed": r["seed"], "round": rnd,
                              "period": u} for r in done for rnd, u in r["periods"]],
                            columns=["method", "alpha", "seed", "round", "period"])
-    return SweepTables(final, curves, periods)
+    return SweepTables(final=final, curves=curves, periods=periods)
 
 
 TUNING_METRIC = "validation_accuracy"

@@ -33,7 +33,7 @@ CUT = 2
 """The MLP is cut after its first linear layer and ReLU (modules ``fc0, relu0``): the base."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SfetecRun:
     """One run; field names are the chapter's parameters.
 
@@ -79,7 +79,7 @@ class SfetecRun:
         return tuple(tuple(int(p) for p in np.flatnonzero(groups == g)) for g in sorted(set(groups)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunRecord:
     """What one run produced.
 
@@ -115,7 +115,7 @@ def run(job: SfetecRun) -> RunRecord:
     sched = eval_schedule(job.rounds, job.eval_every)
     clients = job.spec.num_clients
     if job.method in ("fedavg", "hierfavg"):
-        local = LocalSGD(job.batch_size, job.lr, 0.0).config(job.steps)
+        local = LocalSGD(batch_size=job.batch_size, lr=job.lr, momentum=0.0).config(job.steps)
         if job.method == "fedavg":
             strategy: SeededFedAvg = SeededFedAvg(clients, local, seed=job.seed)
         else:
@@ -131,19 +131,38 @@ def run(job: SfetecRun) -> RunRecord:
         rounds, acc, up, down = hist.rounds, hist.accuracy, float(size), float(size)
     else:
         hierarchy = (SplitHierarchy.splitfed(clients) if job.method == "splitfed"
-                     else SplitHierarchy(job.edges(), job.cloud_every, job.share_bases))
+                     else SplitHierarchy(edges=job.edges(), cloud_every=job.cloud_every, share_bases=job.share_bases))
         split = run_split_training(job.spec, CUT, hierarchy, job.rounds, job.steps, job.batch_size, job.lr, job.seed,
                                    sched, device=job.device)
         rounds, acc = split.rounds, split.accuracy
         up = float(np.mean([t.client_up for t in split.traffic]))
         down = float(np.mean([t.client_down for t in split.traffic]))
         cloud = float(np.mean([t.cloud for t in split.traffic]))
-    return RunRecord(job.method, job.seed, acc[-1], float(np.mean(acc[-3:])), up, down, cloud,
-                     tuple(zip(rounds, acc)))
+    return RunRecord(
+        method=job.method,
+        seed=job.seed,
+        accuracy=acc[-1],
+        budget_accuracy=float(np.mean(acc[-3:])),
+        client_up=up,
+        client_down=down,
+        cloud=cloud,
+        curve=tuple(zip(rounds, acc)),
+    )
 
 
-def sweep(spec: TaskSpec, steps: int, rounds: int, batch_size: int, lr: float, cloud_every: int, share_bases: bool,
-          seeds: list[int], eval_every: int, workers: int = 1, device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
+def sweep(
+    spec: TaskSpec,
+    steps: int,
+    rounds: int,
+    batch_size: int,
+    lr: float,
+    cloud_every: int,
+    share_bases: bool,
+    seeds: list[int],
+    eval_every: int,
+    workers: int = 1,
+    device: str = "cpu",
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method for every seed.
 
     Returns
@@ -153,18 +172,31 @@ def sweep(spec: TaskSpec, steps: int, rounds: int, batch_size: int, lr: float, c
     curves : DataFrame
         ``method, seed, round, accuracy``.
     """
-    jobs = [SfetecRun(m, s, spec, steps, rounds, batch_size, lr, cloud_every, share_bases, eval_every, device)
-            for s in seeds for m in METHODS]
+    jobs = [
+        SfetecRun(
+            method=m,
+            seed=s,
+            spec=spec,
+            steps=steps,
+            rounds=rounds,
+            batch_size=batch_size,
+            lr=lr,
+            cloud_every=cloud_every,
+            share_bases=share_bases,
+            eval_every=eval_every,
+            device=device,
+        )
+        for s in seeds
+        for m in METHODS
+    ]
     done = parallel_map(run, jobs, workers)
     final = pd.DataFrame([{k: v for k, v in dataclasses.asdict(r).items() if k != "curve"} for r in done])
-    curves = pd.DataFrame([{"method": r.method, "seed": r.seed, "round": rd, "accuracy": a}
-                           for r in done for rd, a in r.curve])
+    curves = pd.DataFrame([{"method": r.method, "seed": r.seed, "round": rd, "accuracy": a} for r in done for rd, a in r.curve])
     return final, curves
 
 
 # ----- simulated wall-clock ------------------------------------------------------------------------
-def round_seconds(final: pd.DataFrame, spec: TaskSpec, steps: int, batch_size: int, cost: CostModel,
-                  edges: int) -> pd.DataFrame:
+def round_seconds(final: pd.DataFrame, spec: TaskSpec, steps: int, batch_size: int, cost: CostModel, edges: int) -> pd.DataFrame:
     """Simulated seconds per round of every run under ``cost`` (see :class:`repro.federated.sfetec.CostModel`)."""
     layers = linear_layers(build_model(spec, 0))
     base_flops, core_flops = training_flops(layers[:1], batch_size), training_flops(layers[1:], batch_size)
@@ -173,13 +205,13 @@ def round_seconds(final: pd.DataFrame, spec: TaskSpec, steps: int, batch_size: i
     seconds = []
     for r in final.itertuples():
         if r.method in ("fedavg", "hierfavg"):
-            seconds.append(cost.fedavg_round(size, base_flops + core_flops, steps, hierarchical=r.method == "hierfavg",
-                                             cloud_bytes=r.cloud))
+            seconds.append(
+                cost.fedavg_round(size, base_flops + core_flops, steps, hierarchical=r.method == "hierfavg", cloud_bytes=r.cloud)
+            )
         else:
-            traffic = RoundTraffic(r.client_up, r.client_down, r.cloud)
+            traffic = RoundTraffic(client_up=r.client_up, client_down=r.client_down, cloud=r.cloud)
             per_server = clients if r.method == "splitfed" else clients // edges
-            seconds.append(cost.split_round(traffic, base_flops, core_flops, steps, per_server,
-                                            at_edge=r.method == "sfetec"))
+            seconds.append(cost.split_round(traffic, base_flops, core_flops, steps, per_server, at_edge=r.method == "sfetec"))
     return final.assign(seconds=seconds)
 
 
@@ -199,13 +231,15 @@ def claims(final: pd.DataFrame, timed: pd.DataFrame) -> dict[str, list[float]]:
     }
 
 
-def time_sensitivity(final: pd.DataFrame, spec: TaskSpec, steps: int, batch_size: int, cost: CostModel, edges: int,
-                     ratios: list[float]) -> pd.DataFrame:
+def time_sensitivity(
+    final: pd.DataFrame, spec: TaskSpec, steps: int, batch_size: int, cost: CostModel, edges: int, ratios: list[float]
+) -> pd.DataFrame:
     """SFETEC's simulated time saving against SplitFed as the client-edge link goes from ``ratios`` x the WAN's."""
     rows = []
     for ratio in ratios:
-        timed = round_seconds(final, spec, steps, batch_size,
-                              dataclasses.replace(cost, edge_bandwidth=ratio * cost.wan_bandwidth), edges)
+        timed = round_seconds(
+            final, spec, steps, batch_size, dataclasses.replace(cost, edge_bandwidth=ratio * cost.wan_bandwidth), edges
+        )
         saving = claims(final, timed)["time_saving_vs_splitfed"]
         rows.append({"edge / WAN bandwidth": ratio, "time saving vs SplitFed (%)": float(np.mean(saving))})
     return pd.DataFrame(rows)
@@ -255,9 +289,15 @@ def summary_table(timed: pd.DataFrame) -> pd.DataFrame:
     for m in METHODS:
         r = timed[timed.method == m]
         sd = r.budget_accuracy.std(ddof=1) if len(r) > 1 else 0.0
-        rows.append({"method": LABELS[m], "accuracy (%)": f"{r.budget_accuracy.mean():.1f} ± {sd:.1f}",
-                     "client up (kB/round)": round(r.client_up.mean() / 1e3, 1),
-                     "client down (kB/round)": round(r.client_down.mean() / 1e3, 1),
-                     "edge-cloud (kB/round)": round(r.cloud.mean() / 1e3, 1),
-                     "simulated s/round": round(r.seconds.mean(), 3), "seeds": len(r)})
+        rows.append(
+            {
+                "method": LABELS[m],
+                "accuracy (%)": f"{r.budget_accuracy.mean():.1f} ± {sd:.1f}",
+                "client up (kB/round)": round(r.client_up.mean() / 1e3, 1),
+                "client down (kB/round)": round(r.client_down.mean() / 1e3, 1),
+                "edge-cloud (kB/round)": round(r.cloud.mean() / 1e3, 1),
+                "simulated s/round": round(r.seconds.mean(), 3),
+                "seeds": len(r),
+            }
+        )
     return pd.DataFrame(rows)

@@ -57,7 +57,7 @@ ARM_MAPS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CpdmParams:
     """The chapter's parameters (schema in ``chapters/cpdm.yaml``)."""
 
@@ -89,7 +89,7 @@ class CpdmParams:
             raise ValueError(f"image_size {self.image_size} must be a multiple of 2**levels = {2**self.levels}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ArmResult:
     """One translator's scores on one seed's test slices.
 
@@ -114,7 +114,7 @@ class ArmResult:
     checkpoint: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Examples:
     """A few test slices and every arm's translation of them, for the figure.
 
@@ -135,7 +135,7 @@ class Examples:
     predictions: dict[str, np.ndarray]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeedResult:
     """Everything one seed produced."""
 
@@ -220,11 +220,20 @@ def run_seed(job: SeedJob[CpdmParams]) -> SeedResult:
             estimate = predict(net, ct01[test])
         else:
             estimate = translate(net, ct01[test], None if cond is None else cond[test], settings, seed)
-        results.append(ArmResult(arm, seed, score_translations(pet01[test], estimate, test_masks, p.suv_max), seconds, path))
+        results.append(
+            ArmResult(arm=arm, seed=seed, scores=score_translations(pet01[test], estimate, test_masks, p.suv_max),
+                      train_seconds=seconds, checkpoint=path),
+        )
         predictions[arm] = estimate[: p.n_examples]
     k = slice(p.n_train, p.n_train + p.n_examples)
-    examples = Examples(ct01[k], pet01[k], data.lesion_union[k, 0], (attention[k] > 0).astype(np.float32), predictions)
-    return SeedResult(seed, tuple(results), seg_dice, examples)
+    examples = Examples(
+        ct01=ct01[k],
+        pet01=pet01[k],
+        lesions=data.lesion_union[k, 0],
+        attention=(attention[k] > 0).astype(np.float32),
+        predictions=predictions,
+    )
+    return SeedResult(seed=seed, arms=tuple(results), segmenter_dice=seg_dice, examples=examples)
 
 
 def sweep(params: CpdmParams, output_dir: str | Path, reuse: bool = False) -> list[SeedResult]:
@@ -237,6 +246,7 @@ def sweep(params: CpdmParams, output_dir: str | Path, reuse: bool = False) -> li
 
 def claims(results: list[SeedResult]) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims (ids as in ``chapters/cpdm.yaml``)."""
+
     def diff(a: str, b: str, metric: str) -> list[float]:
         return [getattr(r.arm(a).scores, metric) - getattr(r.arm(b).scores, metric) for r in results]
 
@@ -276,11 +286,7 @@ def phantom_overview(params: CpdmParams, n: int = 4) -> tuple[plt.Figure, pd.Dat
     axes[0, 0].set_ylabel("CT")
     axes[1, 0].set_ylabel("PET")
     fig.tight_layout()
-    rows = [
-        {"site": les.site, "kind": les.kind, "FDG-avid": les.fdg_avid}
-        for f in data.findings
-        for les in f.lesions
-    ]
+    rows = [{"site": les.site, "kind": les.kind, "FDG-avid": les.fdg_avid} for f in data.findings for les in f.lesions]
     table = pd.DataFrame(rows).groupby(["site", "kind"]).agg(lesions=("FDG-avid", "size"), avid_share=("FDG-avid", "mean"))
     return fig, table
 

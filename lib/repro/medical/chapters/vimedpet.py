@@ -52,7 +52,7 @@ LUNGS = ("right_lung", "left_lung")
 GENERAL_SEED_OFFSET = 1_000_003  # the general data never share a case stream with the in-domain data
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VimedpetParams:
     """The chapter's parameters (schema in ``chapters/vimedpet.yaml``)."""
 
@@ -88,7 +88,7 @@ class VimedpetParams:
             raise ValueError(f"depth and size must be multiples of 8, got {self.depth}, {self.size}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ArmResult:
     """One arm's scores on one seed's in-domain test volumes.
 
@@ -114,7 +114,7 @@ class ArmResult:
     checkpoint: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReportExample:
     """One test case for the figure: its images and the true and generated reports.
 
@@ -134,7 +134,7 @@ class ReportExample:
     generated: dict[str, str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeedResult:
     """Everything one seed produced."""
 
@@ -202,7 +202,13 @@ def run_seed(job: SeedJob[VimedpetParams]) -> SeedResult:
     x_train, x_test = x_domain[: p.n_train], x_domain[p.n_train :]
     ckpt, meta = Path(job.checkpoint_dir), {"seed": seed, "params": asdict(p)}
 
-    config = GeneratorConfig((p.depth, p.size, p.size), len(vocab), p.channels, p.hidden, p.embed)
+    config = GeneratorConfig(
+        volume_shape=(p.depth, p.size, p.size),
+        vocab_size=len(vocab),
+        channels=p.channels,
+        hidden=p.hidden,
+        embed=p.embed,
+    )
     inputs = {"no_finetune": x_test, "finetune_ct_only": blank_pet(x_test), "finetune_ctpet": x_test}
 
     def train_arms() -> tuple[dict[str, ReportGenerator], dict]:
@@ -211,16 +217,34 @@ def run_seed(job: SeedJob[VimedpetParams]) -> SeedResult:
         for variant, x_pre in (("ctpet", x_general), ("ct_only", blank_pet(x_general))):
             torch.manual_seed(seed)
             pretrained[variant] = ReportGenerator(config).to(dev)
-            losses[variant] = train_generator(pretrained[variant], x_pre, general_ids, epochs=p.pretrain_epochs,
-                                              batch_size=p.batch_size, lr=p.lr, seed=seed, desc=f"pre-training ({variant})")
+            losses[variant] = train_generator(
+                pretrained[variant],
+                x_pre,
+                general_ids,
+                epochs=p.pretrain_epochs,
+                batch_size=p.batch_size,
+                lr=p.lr,
+                seed=seed,
+                desc=f"pre-training ({variant})",
+            )
         save_generator(pretrained["ct_only"], vocab, scaling, ckpt / f"pretrained_ct_only_seed{seed}.pt", meta)
         train_ids = vocab.encode(train_reports, p.max_len + 1)
         models = {"no_finetune": pretrained["ctpet"]}
-        for arm, (start, fit_x) in {"finetune_ct_only": (pretrained["ct_only"], blank_pet(x_train)),
-                                    "finetune_ctpet": (pretrained["ctpet"], x_train)}.items():
+        for arm, (start, fit_x) in {
+            "finetune_ct_only": (pretrained["ct_only"], blank_pet(x_train)),
+            "finetune_ctpet": (pretrained["ctpet"], x_train),
+        }.items():
             model = copy.deepcopy(start)
-            train_generator(model, fit_x, train_ids, epochs=p.finetune_epochs, batch_size=p.batch_size, lr=p.lr,
-                            seed=seed + 1, desc=f"fine-tuning ({arm})")
+            train_generator(
+                model,
+                fit_x,
+                train_ids,
+                epochs=p.finetune_epochs,
+                batch_size=p.batch_size,
+                lr=p.lr,
+                seed=seed + 1,
+                desc=f"fine-tuning ({arm})",
+            )
             models[arm] = model
         return models, {"pretraining_loss": [float(v) for v in losses["ctpet"]]}
 
@@ -232,8 +256,14 @@ def run_seed(job: SeedJob[VimedpetParams]) -> SeedResult:
             save_generator(models[arm], vocab, scaling, arm_path(first, arm), meta)
         return first
 
-    done = trained(ckpt, f"{ARMS[0]}_seed{seed}.pt", job.reuse, train_arms, save_arms,
-                   lambda first: {arm: load_generator(arm_path(first, arm))[0] for arm in ARMS})
+    done = trained(
+        ckpt,
+        f"{ARMS[0]}_seed{seed}.pt",
+        job.reuse,
+        train_arms,
+        save_arms,
+        lambda first: {arm: load_generator(arm_path(first, arm))[0] for arm in ARMS},
+    )
     models, losses = done.model, done.extras["pretraining_loss"]
 
     results, generated = [], {}
@@ -241,14 +271,27 @@ def run_seed(job: SeedJob[VimedpetParams]) -> SeedResult:
         reports = generate_reports(models[arm], vocab, inputs[arm], p.max_len)
         generated[arm] = reports
         path = str(arm_path(done.path, arm))
-        results.append(ArmResult(arm, seed, bleu4(reports, test_reports), rouge_l(reports, test_reports),
-                                 field_accuracy(reports, test_truth), path))
+        results.append(
+            ArmResult(
+                arm=arm,
+                seed=seed,
+                bleu4=bleu4(reports, test_reports),
+                rouge_l=rouge_l(reports, test_reports),
+                fields=field_accuracy(reports, test_truth),
+                checkpoint=path,
+            )
+        )
     raw = volumes(domain, p.suv_max)[p.n_train : p.n_train + p.n_examples]
     examples = tuple(
-        ReportExample(raw[i, 0][:, p.size // 2], raw[i, 1].max(axis=1), test_reports[i], {a: generated[a][i] for a in ARMS})
+        ReportExample(
+            ct_projection=raw[i, 0][:, p.size // 2],
+            pet_projection=raw[i, 1].max(axis=1),
+            truth=test_reports[i],
+            generated={a: generated[a][i] for a in ARMS},
+        )
         for i in range(len(raw))
     )
-    return SeedResult(seed, tuple(results), examples, tuple(losses))
+    return SeedResult(seed=seed, arms=tuple(results), examples=examples, pretrain_loss=tuple(losses))
 
 
 def sweep(params: VimedpetParams, output_dir: str | Path, reuse: bool = False) -> list[SeedResult]:
@@ -282,11 +325,19 @@ def benchmark_table(results: list[SeedResult]) -> pd.DataFrame:
     """Mean ± sd over seeds of the text metrics and field accuracies (percent), one row per arm."""
     rows = []
     for arm in ARMS:
-        vals = pd.DataFrame([
-            {"BLEU-4": 100 * a.bleu4, "ROUGE-L": 100 * a.rouge_l, "position": 100 * a.fields.position,
-             "type": 100 * a.fields.kind, "FDG uptake": 100 * a.fields.fdg, "normal cases": 100 * a.fields.normal_cases}
-            for a in (r.arm(arm) for r in results)
-        ])
+        vals = pd.DataFrame(
+            [
+                {
+                    "BLEU-4": 100 * a.bleu4,
+                    "ROUGE-L": 100 * a.rouge_l,
+                    "position": 100 * a.fields.position,
+                    "type": 100 * a.fields.kind,
+                    "FDG uptake": 100 * a.fields.fdg,
+                    "normal cases": 100 * a.fields.normal_cases,
+                }
+                for a in (r.arm(arm) for r in results)
+            ]
+        )
         rows.append({"arm": ARM_LABELS[arm], **{c: f"{vals[c].mean():.1f} ± {vals[c].std(ddof=0):.1f}" for c in vals.columns}})
     return pd.DataFrame(rows).set_index("arm")
 
@@ -321,8 +372,13 @@ def volume_overview(params: VimedpetParams, n: int = 4) -> plt.Figure:
 
 def plot_benchmark(results: list[SeedResult]) -> plt.Figure:
     """Bars (mean over seeds) and dots (seeds) of BLEU-4, ROUGE-L and the three field accuracies per arm."""
-    metrics = [("BLEU-4", lambda a: a.bleu4), ("ROUGE-L", lambda a: a.rouge_l), ("position", lambda a: a.fields.position),
-               ("type", lambda a: a.fields.kind), ("FDG uptake", lambda a: a.fields.fdg)]
+    metrics = [
+        ("BLEU-4", lambda a: a.bleu4),
+        ("ROUGE-L", lambda a: a.rouge_l),
+        ("position", lambda a: a.fields.position),
+        ("type", lambda a: a.fields.kind),
+        ("FDG uptake", lambda a: a.fields.fdg),
+    ]
     fig, ax = plt.subplots(figsize=(10, 3.4))
     width = 0.8 / len(ARMS)
     for j, arm in enumerate(ARMS):

@@ -28,7 +28,7 @@ LINESTYLE = {"simulation": "-", "analysis": "--"}
 DESIGN_COLOURS = dict(zip(rt.DESIGNS, ("tab:grey", "tab:orange", "tab:blue")))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """How random component models are drawn.
 
@@ -53,7 +53,7 @@ class ModelSpec:
     loop_chunks: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AnalysisJob:
     """One random model to analyse: its seed and index, the model spec and the simulation settings."""
 
@@ -65,7 +65,7 @@ class AnalysisJob:
     low_fraction: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DesignResult:
     """One design of one model on ``m`` processors.
 
@@ -113,8 +113,22 @@ def analyse_system(system: rt.System, seed: int, model: int, processors: tuple[i
         for m in processors:
             wcet_run = rt.simulate(design.graph, m).makespan
             worst = max([wcet_run] + [rt.simulate(design.graph, m, d).makespan for d in draws])
-            out.append(DesignResult(seed, model, m, name, g.number_of_nodes(), len(design.threads), w, rt.volume(g),
-                                    length, rt.graham_bound(design.graph, m), wcet_run, worst))
+            out.append(
+                DesignResult(
+                    seed=seed,
+                    model=model,
+                    m=m,
+                    design=name,
+                    actions=g.number_of_nodes(),
+                    threads=len(design.threads),
+                    width=w,
+                    volume=rt.volume(g),
+                    critical_path=length,
+                    bound=rt.graham_bound(design.graph, m),
+                    sim_wcet=wcet_run,
+                    sim_max=worst,
+                )
+            )
     return out
 
 
@@ -124,14 +138,18 @@ def _analyse_job(job: AnalysisJob) -> list[DesignResult]:
     comps = int(rng.integers(job.spec.components[0], job.spec.components[1] + 1))
     layers = int(rng.integers(max(comps, 4), max(comps, 4) + 8))
     system = rt.random_system(n, comps, min(layers, n), job.spec.edge_prob, job.spec.loop_share, rng)
-    return analyse_system(system, job.seed, job.index, job.processors, job.spec.loop_chunks, job.instances,
-                          job.low_fraction)
+    return analyse_system(system, job.seed, job.index, job.processors, job.spec.loop_chunks, job.instances, job.low_fraction)
 
 
-def sweep(spec: ModelSpec, seeds: list[int], n_models: int, processors: list[int], instances: int,
-          low_fraction: float, workers: int = 1) -> pd.DataFrame:
+def sweep(
+    spec: ModelSpec, seeds: list[int], n_models: int, processors: list[int], instances: int, low_fraction: float, workers: int = 1
+) -> pd.DataFrame:
     """Analyse ``n_models`` random models per seed; one row per model, design and processor count."""
-    jobs = [AnalysisJob(s, i, spec, tuple(processors), instances, low_fraction) for s in seeds for i in range(n_models)]
+    jobs = [
+        AnalysisJob(seed=s, index=i, spec=spec, processors=tuple(processors), instances=instances, low_fraction=low_fraction)
+        for s in seeds
+        for i in range(n_models)
+    ]
     rows = [r for res in parallel_map(_analyse_job, jobs, workers=workers, desc="models") for r in res]
     return pd.DataFrame([r.__dict__ for r in rows])
 
@@ -149,12 +167,13 @@ def schedulability(results: pd.DataFrame, utilisations: list[float]) -> pd.DataF
         for method, col in (("analysis", "bound"), ("simulation", "sim_max")):
             ok = results.assign(ok=(results[col] <= deadline * (1 + 1e-12)).astype(float))
             for (seed, design, m), grp in ok.groupby(["seed", "design", "m"]):
-                rows.append({"seed": seed, "design": design, "m": m, "utilisation": u, "method": method,
-                             "ratio": float(grp.ok.mean())})
+                rows.append(
+                    {"seed": seed, "design": design, "m": m, "utilisation": u, "method": method, "ratio": float(grp.ok.mean())}
+                )
     return pd.DataFrame(rows)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskSetJob:
     """One random set of periodic activities: its seed and index, how activities are drawn, the grid to judge it on."""
 
@@ -166,7 +185,7 @@ class TaskSetJob:
     utilisations: tuple[float, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Activity:
     """One activity of a task set: volume, each design's critical path, and its share of the set's utilisation.
 
@@ -188,7 +207,7 @@ class Activity:
     share: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskSetResult:
     """One task set at one processor count and utilisation, for one design and one way of sizing.
 
@@ -233,9 +252,14 @@ def draw_activities(job: TaskSetJob) -> list[Activity]:
         g = rt.precedence_graph(system, job.spec.loop_chunks)
         designs = {name: rt.thread_design(g, name) for name in rt.DESIGNS}
         chains = designs["chains"].graph
-        out.append(Activity(rt.volume(g), {name: rt.critical_path(d.graph) for name, d in designs.items()},
-                            tuple(rt.simulate(chains, k).makespan for k in range(1, max(job.processors) + 1)),
-                            float(share)))
+        out.append(
+            Activity(
+                volume=rt.volume(g),
+                critical_path={name: rt.critical_path(d.graph) for name, d in designs.items()},
+                makespan=tuple(rt.simulate(chains, k).makespan for k in range(1, max(job.processors) + 1)),
+                share=float(share),
+            )
+        )
     return out
 
 
@@ -264,18 +288,44 @@ def _task_set_job(job: TaskSetJob) -> list[TaskSetResult]:
             periods = [a.volume / (a.share * u * m) for a in activities]
             heavy = sum(a.volume > p for a, p in zip(activities, periods))
             for design in rt.DESIGNS:
-                tasks = [rt.DagTask(nm, a.volume, a.critical_path[design], p, p)
-                         for nm, a, p in zip(names, activities, periods)]
+                tasks = [
+                    rt.DagTask(name=nm, volume=a.volume, critical_path=a.critical_path[design], period=p, deadline=p)
+                    for nm, a, p in zip(names, activities, periods)
+                ]
                 schedule = rt.federated_schedule(tasks, m)
                 ratio = np.nan
                 if design == "chains" and schedule.schedulable:
                     ratio = simulated_worst_ratio(schedule, by_name)
-                out.append(TaskSetResult(job.seed, job.index, m, u, design, "analysis", heavy, schedule.schedulable,
-                                         ratio))
-            sized = [rt.DagTask(nm, a.volume, a.critical_path["chains"], p, p)
-                     for nm, a, p in zip(names, activities, periods)]
-            out.append(TaskSetResult(job.seed, job.index, m, u, "chains", "simulation", heavy,
-                                     simulation_sized(sized, by_name, m), np.nan))
+                out.append(
+                    TaskSetResult(
+                        seed=job.seed,
+                        task_set=job.index,
+                        m=m,
+                        utilisation=u,
+                        design=design,
+                        method="analysis",
+                        heavy=heavy,
+                        schedulable=schedule.schedulable,
+                        worst_ratio=ratio,
+                    )
+                )
+            sized = [
+                rt.DagTask(name=nm, volume=a.volume, critical_path=a.critical_path["chains"], period=p, deadline=p)
+                for nm, a, p in zip(names, activities, periods)
+            ]
+            out.append(
+                TaskSetResult(
+                    seed=job.seed,
+                    task_set=job.index,
+                    m=m,
+                    utilisation=u,
+                    design="chains",
+                    method="simulation",
+                    heavy=heavy,
+                    schedulable=simulation_sized(sized, by_name, m),
+                    worst_ratio=np.nan,
+                )
+            )
     return out
 
 
@@ -292,15 +342,22 @@ def simulation_sized(tasks: list[rt.DagTask], activities: dict[str, Activity], p
             if not fits:
                 return False
             need += fits[0]
-    light = [rt.PeriodicTask(t.name, t.volume, t.period, t.deadline) for t in tasks if not t.heavy]
+    light = [rt.PeriodicTask(name=t.name, wcet=t.volume, period=t.period, deadline=t.deadline) for t in tasks if not t.heavy]
     left = processors - need
     if left < 0 or (light and left == 0):
         return False
     return rt.partition_first_fit(light, left) is not None
 
 
-def federated_sweep(spec: ModelSpec, seeds: list[int], task_sets: int, activities: int, processors: list[int],
-                    utilisations: list[float], workers: int = 1) -> pd.DataFrame:
+def federated_sweep(
+    spec: ModelSpec,
+    seeds: list[int],
+    task_sets: int,
+    activities: int,
+    processors: list[int],
+    utilisations: list[float],
+    workers: int = 1,
+) -> pd.DataFrame:
     """Judge ``task_sets`` random sets of ``activities`` periodic activities per seed; one row per set, m, U, design, method.
 
     A set at utilisation ``U`` on ``m`` processors has total utilisation
@@ -308,14 +365,20 @@ def federated_sweep(spec: ModelSpec, seeds: list[int], task_sets: int, activitie
     (UUniFast's distribution, drawn as a flat Dirichlet); activity ``i`` has
     period and deadline ``T_i = C_i / u_i``.
     """
-    jobs = [TaskSetJob(s, i, spec, activities, tuple(processors), tuple(utilisations))
-            for s in seeds for i in range(task_sets)]
+    jobs = [
+        TaskSetJob(
+            seed=s, index=i, spec=spec, activities=activities, processors=tuple(processors), utilisations=tuple(utilisations)
+        )
+        for s in seeds
+        for i in range(task_sets)
+    ]
     rows = [r for res in parallel_map(_task_set_job, jobs, workers=workers, desc="task sets") for r in res]
     return pd.DataFrame([r.__dict__ for r in rows])
 
 
-def case_study(name: str, processors: list[int], loop_chunks: int, seeds: list[int], instances: int,
-               low_fraction: float) -> pd.DataFrame:
+def case_study(
+    name: str, processors: list[int], loop_chunks: int, seeds: list[int], instances: int, low_fraction: float
+) -> pd.DataFrame:
     """The hand-built case study analysed for every seed (seeds vary the actual execution times)."""
     rows = []
     for s in seeds:
@@ -323,8 +386,9 @@ def case_study(name: str, processors: list[int], loop_chunks: int, seeds: list[i
     return pd.DataFrame([r.__dict__ for r in rows])
 
 
-def claims(results: pd.DataFrame, sched: pd.DataFrame, case: pd.DataFrame, federated: pd.DataFrame,
-           seeds: list[int]) -> dict[str, list[float]]:
+def claims(
+    results: pd.DataFrame, sched: pd.DataFrame, case: pd.DataFrame, federated: pd.DataFrame, seeds: list[int]
+) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims (see its registry file)."""
     sim = sched[sched.method == "simulation"]
     federated_chains = federated[federated.design == "chains"]
@@ -342,13 +406,20 @@ def claims(results: pd.DataFrame, sched: pd.DataFrame, case: pd.DataFrame, feder
         "analysis_safe": [float((both[both.seed == s].sim_max / both[both.seed == s].bound).max() - 1.0) for s in seeds],
         "sim_gain_vs_per_component": [gain(s, "per_component") for s in seeds],
         "sim_gain_vs_sequential": [gain(s, "sequential") for s in seeds],
-        "bound_pessimism": [float(100.0 * ((chains[chains.seed == s].bound - chains[chains.seed == s].sim_wcet)
-                                           / chains[chains.seed == s].bound).mean()) for s in seeds],
-        "case_speedup": [float((case_chains[case_chains.seed == s].volume / case_chains[case_chains.seed == s].sim_max
-                                ).iloc[0]) for s in seeds],
-        "rta_safe": [float(np.nanmax(federated_chains[federated_chains.seed == s].worst_ratio.to_numpy(),
-                                                initial=0.0)) - 1.0
-                     for s in seeds],
+        "bound_pessimism": [
+            float(
+                100.0
+                * ((chains[chains.seed == s].bound - chains[chains.seed == s].sim_wcet) / chains[chains.seed == s].bound).mean()
+            )
+            for s in seeds
+        ],
+        "case_speedup": [
+            float((case_chains[case_chains.seed == s].volume / case_chains[case_chains.seed == s].sim_max).iloc[0]) for s in seeds
+        ],
+        "rta_safe": [
+            float(np.nanmax(federated_chains[federated_chains.seed == s].worst_ratio.to_numpy(), initial=0.0)) - 1.0
+            for s in seeds
+        ],
         "federated_tightness": [float(100.0 * (share.loc[s, "simulation"] - share.loc[s, "analysis"])) for s in seeds],
     }
 
@@ -360,8 +431,14 @@ def schedulability_figure(sched: pd.DataFrame) -> plt.Figure:
     mean = sched.groupby(["design", "m", "utilisation", "method"]).ratio.mean().reset_index()
     for ax, m in zip(axes[0], ms):
         for (design, method), grp in mean[mean.m == m].groupby(["design", "method"]):
-            ax.plot(grp.utilisation, grp.ratio, LINESTYLE[method], color=DESIGN_COLOURS[design], marker=".",
-                    label=f"{design} ({method})")
+            ax.plot(
+                grp.utilisation,
+                grp.ratio,
+                LINESTYLE[method],
+                color=DESIGN_COLOURS[design],
+                marker=".",
+                label=f"{design} ({method})",
+            )
         ax.set_title(f"m = {m} processors")
         ax.set_xlabel("utilisation C / (m T)")
     axes[0][0].set_ylabel("schedulable share of models")
@@ -382,8 +459,15 @@ def federated_figure(federated: pd.DataFrame) -> plt.Figure:
     mean = federated.groupby(["design", "method", "m", "utilisation"]).schedulable.mean().reset_index()
     for ax, m in zip(axes[0], ms):
         for (design, method), grp in mean[mean.m == m].groupby(["design", "method"]):
-            ax.plot(grp.utilisation, grp.schedulable, LINESTYLE[method], color=DESIGN_COLOURS[design],
-                    marker="x" if method == "analysis" else ".", alpha=0.7, label=f"{design} ({method})")
+            ax.plot(
+                grp.utilisation,
+                grp.schedulable,
+                LINESTYLE[method],
+                color=DESIGN_COLOURS[design],
+                marker="x" if method == "analysis" else ".",
+                alpha=0.7,
+                label=f"{design} ({method})",
+            )
         ax.set_title(f"m = {m} processors")
         ax.set_xlabel("total utilisation / m")
     axes[0][0].set_ylabel("schedulable share of task sets")

@@ -29,7 +29,7 @@ TEMPORAL = ("lag_runtime", "recent_runtime")
 DOMINANT = {"object_bound": (SPATIAL,), "io_bound": (TEMPORAL,), "mixed": (SPATIAL, TEMPORAL)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeedJob:
     """One seed's run: the survey constants, the split and the models' settings."""
 
@@ -42,7 +42,7 @@ class SeedJob:
     trees: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ErrorRecord:
     """Test error of one model with one feature set on one stage."""
 
@@ -54,7 +54,7 @@ class ErrorRecord:
     mape: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StageRecord:
     """Per stage: the within-batch boundary on the test nights and the learned Markov blanket (all features)."""
 
@@ -67,7 +67,7 @@ class StageRecord:
     test_images: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeedResult:
     """Everything one seed produced."""
 
@@ -77,7 +77,9 @@ class SeedResult:
 
 def _regressor(model: str, job: SeedJob):
     if model == "bayes_net":
-        return iptf.BayesNetRegressor(job.feature_bins, job.target_bins, job.learn_structure)
+        return iptf.BayesNetRegressor(
+            feature_bins=job.feature_bins, target_bins=job.target_bins, learn_structure=job.learn_structure
+        )
     if model == "linear":
         return LinearRegression()
     return RandomForestRegressor(n_estimators=job.trees, min_samples_leaf=5, random_state=job.seed, n_jobs=1)
@@ -95,13 +97,30 @@ def run_seed(job: SeedJob) -> SeedResult:
             for model in MODELS:
                 reg = _regressor(model, job).fit(train[list(cols)], train[iptf.TARGET])
                 pred = reg.predict(test[list(cols)])
-                errors.append(ErrorRecord(job.seed, stage.name, fs, model, float(np.abs(pred - y).mean()),
-                                          float(100.0 * np.mean(np.abs(pred - y) / y))))
+                errors.append(
+                    ErrorRecord(
+                        seed=job.seed,
+                        stage=stage.name,
+                        features=fs,
+                        model=model,
+                        mae=float(np.abs(pred - y).mean()),
+                        mape=float(100.0 * np.mean(np.abs(pred - y) / y)),
+                    )
+                )
                 if model == "bayes_net" and fs == "spatial+temporal":
                     blanket, edges = tuple(reg.markov_blanket()), tuple(reg.model_.edges())
-        stages.append(StageRecord(job.seed, stage.name, iptf.within_batch_boundary(test), blanket, edges,
-                                  len(train), len(test)))
-    return SeedResult(tuple(errors), tuple(stages))
+        stages.append(
+            StageRecord(
+                seed=job.seed,
+                stage=stage.name,
+                boundary=iptf.within_batch_boundary(test),
+                blanket=blanket,
+                edges=edges,
+                train_images=len(train),
+                test_images=len(test),
+            )
+        )
+    return SeedResult(errors=tuple(errors), stages=tuple(stages))
 
 
 def sweep(jobs: list[SeedJob], workers: int = 1) -> list[SeedResult]:
@@ -142,8 +161,9 @@ def claims(results: list[SeedResult]) -> dict[str, list[float]]:
         "forest_near_boundary": [above(s, "random_forest") for s in seeds],
         "spatial_gain_object_stage": [gain(s, "object_bound", "spatial") for s in seeds],
         "temporal_gain_io_stage": [gain(s, "io_bound", "temporal") for s in seeds],
-        "blanket_recovers_parents": [float(np.mean([blanket_hits(st) for r in results for st in r.stages
-                                                    if st.seed == s])) for s in seeds],
+        "blanket_recovers_parents": [
+            float(np.mean([blanket_hits(st) for r in results for st in r.stages if st.seed == s])) for s in seeds
+        ],
     }
 
 

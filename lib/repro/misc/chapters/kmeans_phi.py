@@ -26,12 +26,12 @@ from tqdm import tqdm
 
 from repro.misc import kmeans as km
 
-OPTIMISED = km.Variant("aosoa", padded=True, reduction="parallel")
-PADDED_AOS = km.Variant("aos", padded=True, reduction="serial")
-BLOCKED_SERIAL = km.Variant("aosoa", padded=True, reduction="serial")
+OPTIMISED = km.Variant(layout="aosoa", padded=True, reduction="parallel")
+PADDED_AOS = km.Variant(layout="aos", padded=True, reduction="serial")
+BLOCKED_SERIAL = km.Variant(layout="aosoa", padded=True, reduction="serial")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepConfig:
     """The datasets and timing settings of a sweep.
 
@@ -66,7 +66,7 @@ class SweepConfig:
                 for dims, aligned in ((self.dims_aligned, True), (self.dims_unaligned, False)) for d in dims]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TimingRecord:
     """The best wall time of one Lloyd step of one implementation on one dataset."""
 
@@ -78,7 +78,7 @@ class TimingRecord:
     seconds: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CheckRecord:
     """Agreement of the variants with each other and with scikit-learn on one dataset.
 
@@ -103,7 +103,7 @@ class CheckRecord:
     sklearn_label_mismatches: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepResult:
     """All timings and checks of a sweep."""
 
@@ -123,15 +123,26 @@ def _one_dataset(cfg: SweepConfig, seed: int, d: int, k: int, aligned: bool
         packed = km.pack(data.points, variant, cfg.lanes)
         steps[variant] = km.lloyd_step(data.points, packed, data.init)
         sec = km.time_step(data.points, packed, data.init, cfg.repeats)
-        timings.append(TimingRecord(seed, d, k, aligned, variant.label, sec))
-    timings.append(TimingRecord(seed, d, k, aligned, "sklearn", km.time_sklearn_step(data, cfg.repeats)))
+        timings.append(TimingRecord(seed=seed, d=d, k=k, aligned=aligned, implementation=variant.label, seconds=sec))
+    timings.append(
+        TimingRecord(
+            seed=seed, d=d, k=k, aligned=aligned, implementation="sklearn", seconds=km.time_sklearn_step(data, cfg.repeats)
+        )
+    )
     base = steps[km.BASELINE]
     mism = sum(int(np.count_nonzero(s.labels != base.labels)) for s in steps.values())
     vdiff = max(float(np.abs(s.centroids - base.centroids).max()) for s in steps.values())
     ref = km.sklearn_step(data)
     relabel = km.assign(km.pack(data.points, km.BASELINE, cfg.lanes), base.centroids)
-    check = CheckRecord(seed, d, k, mism, vdiff, float(np.abs(ref.centroids - base.centroids).max()),
-                        int(np.count_nonzero(relabel != ref.labels)))
+    check = CheckRecord(
+        seed=seed,
+        d=d,
+        k=k,
+        label_mismatches=mism,
+        variant_centroid_diff=vdiff,
+        sklearn_centroid_diff=float(np.abs(ref.centroids - base.centroids).max()),
+        sklearn_label_mismatches=int(np.count_nonzero(relabel != ref.labels)),
+    )
     return timings, check
 
 
@@ -151,7 +162,7 @@ def sweep(cfg: SweepConfig, seeds: list[int]) -> SweepResult:
             checks.append(c)
     finally:
         numba.set_num_threads(previous)
-    return SweepResult(tuple(timings), tuple(checks))
+    return SweepResult(timings=tuple(timings), checks=tuple(checks))
 
 
 def improvements(result: SweepResult) -> pd.DataFrame:
@@ -167,7 +178,7 @@ def _per_seed_mean(df: pd.DataFrame, seeds: list[int]) -> list[float]:
     return [float(df[df.seed == s].improvement.mean()) for s in seeds]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelConstants:
     """Constants of the Xeon Phi extrapolation.
 
@@ -183,8 +194,7 @@ class ModelConstants:
     reduce_cost: float
 
 
-def modelled(result: SweepResult, cfg: SweepConfig, model: ModelConstants, variant: km.Variant = OPTIMISED
-             ) -> pd.DataFrame:
+def modelled(result: SweepResult, cfg: SweepConfig, model: ModelConstants, variant: km.Variant = OPTIMISED) -> pd.DataFrame:
     """Modelled percent improvement of ``variant`` on the target, per seed and dataset."""
     df = result.frame().set_index(["seed", "d", "k", "implementation"]).seconds
     rows = []
@@ -192,26 +202,32 @@ def modelled(result: SweepResult, cfg: SweepConfig, model: ModelConstants, varia
         if impl != variant.label:
             continue
         base = df.loc[(seed, d, k, km.BASELINE.label)]
-        rows.append({"seed": seed, "d": d, "k": k, "aligned": d % cfg.lanes == 0,
-                     "improvement": km.modelled_improvement(sec, base, variant, d, cfg.lanes, model.target_lanes,
-                                                            model.reduce_cost)})
+        rows.append(
+            {
+                "seed": seed,
+                "d": d,
+                "k": k,
+                "aligned": d % cfg.lanes == 0,
+                "improvement": km.modelled_improvement(sec, base, variant, d, cfg.lanes, model.target_lanes, model.reduce_cost),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def model_sweep(result: SweepResult, cfg: SweepConfig, lanes: list[int], reduce_costs: list[float]
-                ) -> pd.DataFrame:
+def model_sweep(result: SweepResult, cfg: SweepConfig, lanes: list[int], reduce_costs: list[float]) -> pd.DataFrame:
     """Mean modelled improvement (aligned and unaligned) over a grid of model constants."""
     rows = []
     for w in lanes:
         for h in reduce_costs:
-            m = modelled(result, cfg, ModelConstants(w, h))
+            m = modelled(result, cfg, ModelConstants(target_lanes=w, reduce_cost=h))
             for aligned, grp in m.groupby("aligned"):
-                rows.append({"target_lanes": w, "reduce_cost": h, "aligned": bool(aligned),
-                             "improvement": float(grp.improvement.mean())})
+                rows.append(
+                    {"target_lanes": w, "reduce_cost": h, "aligned": bool(aligned), "improvement": float(grp.improvement.mean())}
+                )
     return pd.DataFrame(rows)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MPIRecord:
     """One distributed run compared with the single-process step."""
 
@@ -222,8 +238,7 @@ class MPIRecord:
     allreduce_seconds: float
 
 
-def mpi_checks(n: int, d: int, k: int, seeds: list[int], ranks: list[int], steps: int, lanes: int
-               ) -> list[MPIRecord]:
+def mpi_checks(n: int, d: int, k: int, seeds: list[int], ranks: list[int], steps: int, lanes: int) -> list[MPIRecord]:
     """Run ``steps`` distributed Lloyd steps for each rank count and compare with the single-process steps."""
     out = []
     for seed in seeds:
@@ -235,11 +250,15 @@ def mpi_checks(n: int, d: int, k: int, seeds: list[int], ranks: list[int], steps
         for p in ranks:
             rep = km.run_lloyd_mpi(p, n, d, k, seed, km.BASELINE, steps=steps, lanes=lanes)
             diff = float(np.abs(np.asarray(rep.centroids) - centroids).max())
-            out.append(MPIRecord(seed, p, diff, rep.step_seconds, rep.allreduce_seconds))
+            out.append(
+                MPIRecord(
+                    seed=seed, ranks=p, centroid_diff=diff, step_seconds=rep.step_seconds, allreduce_seconds=rep.allreduce_seconds
+                )
+            )
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScaleOutModel:
     """Constants of the extrapolation to a cluster of Xeon Phi nodes (assumed, none measured here).
 
@@ -265,8 +284,7 @@ class ScaleOutModel:
     ranks: int
 
 
-def scale_out_gain(result: SweepResult, cfg: SweepConfig, model: ModelConstants, scale: ScaleOutModel, seed: int
-                   ) -> float:
+def scale_out_gain(result: SweepResult, cfg: SweepConfig, model: ModelConstants, scale: ScaleOutModel, seed: int) -> float:
     """Modelled percent time saved by the optimised kernel over the baseline per distributed step at scale.
 
     On the highest-dimensional aligned dataset (largest ``K``), the target's
@@ -280,21 +298,41 @@ def scale_out_gain(result: SweepResult, cfg: SweepConfig, model: ModelConstants,
     times = result.frame().set_index(["seed", "d", "k", "implementation"]).seconds
     base = float(times.loc[(seed, d, k, km.BASELINE.label)])
     opt = float(times.loc[(seed, d, k, OPTIMISED.label)])
-    ratio = 1.0 - km.modelled_improvement(opt, base, OPTIMISED, d, cfg.lanes, model.target_lanes,
-                                          model.reduce_cost) / 100.0
+    ratio = 1.0 - km.modelled_improvement(opt, base, OPTIMISED, d, cfg.lanes, model.target_lanes, model.reduce_cost) / 100.0
     per_point = base / cfg.n / scale.node_cores
-    t_base, t_opt = (km.strong_scaling_seconds(per_point * r, scale.n, scale.ranks, k, d, scale.latency,
-                                               scale.bandwidth) for r in (1.0, ratio))
+    t_base, t_opt = (
+        km.strong_scaling_seconds(per_point * r, scale.n, scale.ranks, k, d, scale.latency, scale.bandwidth) for r in (1.0, ratio)
+    )
     return 100.0 * (1.0 - t_opt / t_base)
 
 
-def scale_out_sweep(result: SweepResult, cfg: SweepConfig, model: ModelConstants, scale: ScaleOutModel,
-                    ranks: list[int], latencies: list[float], seeds: list[int]) -> pd.DataFrame:
+def scale_out_sweep(
+    result: SweepResult,
+    cfg: SweepConfig,
+    model: ModelConstants,
+    scale: ScaleOutModel,
+    ranks: list[int],
+    latencies: list[float],
+    seeds: list[int],
+) -> pd.DataFrame:
     """:func:`scale_out_gain` per seed over a grid of rank counts and Allreduce latencies."""
-    rows = [{"seed": s, "ranks": p, "latency": a,
-             "gain": scale_out_gain(result, cfg, model, ScaleOutModel(scale.n, scale.node_cores, a, scale.bandwidth,
-                                                                      p), s)}
-            for s in seeds for p in ranks for a in latencies]
+    rows = [
+        {
+            "seed": s,
+            "ranks": p,
+            "latency": a,
+            "gain": scale_out_gain(
+                result,
+                cfg,
+                model,
+                ScaleOutModel(n=scale.n, node_cores=scale.node_cores, latency=a, bandwidth=scale.bandwidth, ranks=p),
+                s,
+            ),
+        }
+        for s in seeds
+        for p in ranks
+        for a in latencies
+    ]
     return pd.DataFrame(rows)
 
 
@@ -304,8 +342,9 @@ def host_speedup(mpi: list[MPIRecord], seed: int) -> float:
     return runs[0].step_seconds / runs[-1].step_seconds
 
 
-def claims(result: SweepResult, cfg: SweepConfig, seeds: list[int], model: ModelConstants,
-           mpi: list[MPIRecord], scale: ScaleOutModel) -> dict[str, list[float]]:
+def claims(
+    result: SweepResult, cfg: SweepConfig, seeds: list[int], model: ModelConstants, mpi: list[MPIRecord], scale: ScaleOutModel
+) -> dict[str, list[float]]:
     """Per-seed values of every claim of the chapter (see its registry file)."""
     imp = improvements(result)
     mod = modelled(result, cfg, model)
@@ -322,10 +361,20 @@ def claims(result: SweepResult, cfg: SweepConfig, seeds: list[int], model: Model
         "optimised_gain_host": _per_seed_mean(opt, seeds),
         "padding_gain_host": _per_seed_mean(pad, seeds),
         "parallel_reduction_gain_host": [float(red_gain.xs(s, level="seed").mean()) for s in seeds],
-        "variants_agree": [float(max(c.variant_centroid_diff for c in checks if c.seed == s)
-                                 + max(c.label_mismatches for c in checks if c.seed == s)) for s in seeds],
-        "sklearn_agree": [float(max(c.sklearn_centroid_diff for c in checks if c.seed == s)
-                                + max(c.sklearn_label_mismatches for c in checks if c.seed == s)) for s in seeds],
+        "variants_agree": [
+            float(
+                max(c.variant_centroid_diff for c in checks if c.seed == s)
+                + max(c.label_mismatches for c in checks if c.seed == s)
+            )
+            for s in seeds
+        ],
+        "sklearn_agree": [
+            float(
+                max(c.sklearn_centroid_diff for c in checks if c.seed == s)
+                + max(c.sklearn_label_mismatches for c in checks if c.seed == s)
+            )
+            for s in seeds
+        ],
         "mpi_agree": [float(max(r.centroid_diff for r in mpi if r.seed == s)) for s in seeds],
         "mpi_speedup_host": [host_speedup(mpi, s) for s in seeds],
         "aligned_gain_at_scale": [scale_out_gain(result, cfg, model, scale, s) for s in seeds],
@@ -389,8 +438,9 @@ def scaling_figure(mpi: list[MPIRecord], grid: pd.DataFrame, paper_gain: float) 
     one = runs[runs.ranks == runs.ranks.min()].set_index("seed").step_seconds
     runs["speedup"] = one.loc[runs.seed].to_numpy() / runs.step_seconds.to_numpy()
     stats = runs.groupby("ranks").speedup.agg(["mean", "std"]).reset_index()
-    left.errorbar(stats.ranks, stats["mean"], yerr=stats["std"].fillna(0.0), marker="o", capsize=3,
-                  label="measured (mpi4py, this host)")
+    left.errorbar(
+        stats.ranks, stats["mean"], yerr=stats["std"].fillna(0.0), marker="o", capsize=3, label="measured (mpi4py, this host)"
+    )
     left.plot(stats.ranks, stats.ranks / stats.ranks.min(), "k:", label="ideal")
     left.set_xlabel("MPI ranks")
     left.set_ylabel("speed-up of one Lloyd step")

@@ -22,7 +22,7 @@ from repro.parallel import parallel_map
 METHODS = ("GA", "greedy", "uniform f_max", "uniform mid", "random")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FrequencyJob:
     """One instance: fleet size, objective weights, seed, city and GA settings.
 
@@ -52,7 +52,7 @@ class FrequencyJob:
     ga: GAConfig
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FrequencyResult:
     """Every method's plan score, and the GA's best objective per generation."""
 
@@ -82,15 +82,42 @@ def run(job: FrequencyJob) -> FrequencyResult:
     plans = {"GA": ga.best, "greedy": greedy, "uniform f_max": uniforms[-1],
              "uniform mid": uniforms[job.f_max // 2], "random": random_plan(model, np.random.default_rng(job.seed))}
     scores = {name: model.score(plan, weights)[0] for name, plan in plans.items()}
-    return FrequencyResult(job, scores, ga.history, float(model.objective(np.array(seeded), weights).max()))
+    return FrequencyResult(
+        job=job, scores=scores, history=ga.history, seeded_best=float(model.objective(np.array(seeded), weights).max())
+    )
 
 
-def sweep(vehicles: list[int], w_coverages: list[float], seeds: list[int], grid: int, horizon_s: float,
-          sample_dt_s: float, slot_s: float, cell_m: float, f_max: int, ga: GAConfig,
-          workers: int = 1) -> list[FrequencyResult]:
+def sweep(
+    vehicles: list[int],
+    w_coverages: list[float],
+    seeds: list[int],
+    grid: int,
+    horizon_s: float,
+    sample_dt_s: float,
+    slot_s: float,
+    cell_m: float,
+    f_max: int,
+    ga: GAConfig,
+    workers: int = 1,
+) -> list[FrequencyResult]:
     """Every (fleet size, weight, seed)."""
-    jobs = [FrequencyJob(v, w, s, grid, horizon_s, sample_dt_s, slot_s, cell_m, f_max, ga)
-            for v in vehicles for w in w_coverages for s in seeds]
+    jobs = [
+        FrequencyJob(
+            vehicles=v,
+            w_coverage=w,
+            seed=s,
+            grid=grid,
+            horizon_s=horizon_s,
+            sample_dt_s=sample_dt_s,
+            slot_s=slot_s,
+            cell_m=cell_m,
+            f_max=f_max,
+            ga=ga,
+        )
+        for v in vehicles
+        for w in w_coverages
+        for s in seeds
+    ]
     return parallel_map(run, jobs, workers=workers, desc="crowdsense-freq instances")
 
 
@@ -99,9 +126,19 @@ def table(results: list[FrequencyResult]) -> pd.DataFrame:
     rows = []
     for r in results:
         for name, sc in r.scores.items():
-            rows.append({"vehicles": r.job.vehicles, "w_c": r.job.w_coverage, "seed": r.job.seed, "method": name,
-                         "J": sc.objective, "coverage": sc.coverage, "cost": sc.cost, "balance": sc.balance,
-                         "samples": sc.samples})
+            rows.append(
+                {
+                    "vehicles": r.job.vehicles,
+                    "w_c": r.job.w_coverage,
+                    "seed": r.job.seed,
+                    "method": name,
+                    "J": sc.objective,
+                    "coverage": sc.coverage,
+                    "cost": sc.cost,
+                    "balance": sc.balance,
+                    "samples": sc.samples,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -129,15 +166,20 @@ def claims(results: list[FrequencyResult], vehicles: int, w_c: float) -> dict[st
 def summary(results: list[FrequencyResult]) -> pd.DataFrame:
     """Mean over seeds of J and its components, per instance and method."""
     t = table(results)
-    return t.groupby(["vehicles", "w_c", "method"], sort=False)[["J", "coverage", "cost", "balance"]].mean().round(3) \
-        .reset_index()
+    return (
+        t.groupby(["vehicles", "w_c", "method"], sort=False)[["J", "coverage", "cost", "balance"]].mean().round(3).reset_index()
+    )
 
 
 def figure_convergence(results: list[FrequencyResult], vehicles: int, w_c: float) -> plt.Figure:
     """Best objective per GA generation at the default instance (the dashed line: best seeded plan)."""
     rs = [r for r in results if r.job.vehicles == vehicles and r.job.w_coverage == w_c]
-    fig = learning_curves({"GA best J": [r.history for r in rs]}, ylabel="best objective J",
-                          title=f"GA convergence ({vehicles} vehicles, w_c = {w_c:g})", xlabel="generation")
+    fig = learning_curves(
+        {"GA best J": [r.history for r in rs]},
+        ylabel="best objective J",
+        title=f"GA convergence ({vehicles} vehicles, w_c = {w_c:g})",
+        xlabel="generation",
+    )
     fig.axes[0].axhline(np.mean([r.seeded_best for r in rs]), ls="--", c="grey", label="best seeded plan")
     fig.axes[0].legend(fontsize=8)
     return fig

@@ -29,7 +29,7 @@ def fixed_name(theta: float) -> str:
     return f"Q, theta={theta:g}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FuzzyJob:
     """One deadline and seed: fuzzy and fixed-theta agents trained and evaluated.
 
@@ -59,7 +59,7 @@ class FuzzyJob:
     reuse: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FuzzyResult:
     """Held-out outcome and training curve of every policy of one job."""
 
@@ -73,7 +73,7 @@ def run(job: FuzzyJob) -> FuzzyResult:
     """Train the fuzzy and fixed-theta agents of one job and evaluate every policy."""
     sc = job.scenario
     controllers = {FUZZY: FuzzyTheta(density_scale=job.density_scale)}
-    controllers.update({fixed_name(t): ConstantTheta(t) for t in job.thetas})
+    controllers.update({fixed_name(t): ConstantTheta(theta=t) for t in job.thetas})
     outcomes, curves, saved = {}, {}, []
     test = HELD_OUT + job.seed
     for name, controller in controllers.items():
@@ -87,16 +87,28 @@ def run(job: FuzzyJob) -> FuzzyResult:
         outcomes[name] = evaluate(sc, test, greedy_q(done.agent))
         curves[name] = done.curve
     outcomes["all-4G"] = evaluate(sc, test, AllCellular().act)
-    outcomes["greedy"] = evaluate(sc, test, GreedyOpportunistic(sc.delta_s).act)
-    return FuzzyResult(job, outcomes, curves, tuple(saved))
+    outcomes["greedy"] = evaluate(sc, test, GreedyOpportunistic(delta_s=sc.delta_s).act)
+    return FuzzyResult(job=job, outcomes=outcomes, curves=curves, checkpoints=tuple(saved))
 
 
 def sweep(base: Scenario, deltas: list[float], seeds: list[int], episodes: int, qconfig: QLearningConfig,
           thetas: list[float], density_scale: float, checkpoint_dir: str | None, workers: int = 1,
           reuse: bool = False) -> list[FuzzyResult]:
     """Every deadline and seed (with ``reuse``, the Q-tables loaded from ``checkpoint_dir``, not trained)."""
-    jobs = [FuzzyJob(replace(base, delta_s=float(d)), episodes, s, qconfig, tuple(thetas), density_scale,
-                     checkpoint_dir, reuse) for d in deltas for s in seeds]
+    jobs = [
+        FuzzyJob(
+            scenario=replace(base, delta_s=float(d)),
+            episodes=episodes,
+            seed=s,
+            qconfig=qconfig,
+            thetas=tuple(thetas),
+            density_scale=density_scale,
+            checkpoint_dir=checkpoint_dir,
+            reuse=reuse,
+        )
+        for d in deltas
+        for s in seeds
+    ]
     return parallel_map(run, jobs, workers=workers, desc="fuzzy-qlearn runs")
 
 
@@ -105,9 +117,17 @@ def table(results: list[FuzzyResult]) -> pd.DataFrame:
     rows = []
     for r in results:
         for name, o in r.outcomes.items():
-            rows.append({"delta (s)": r.job.scenario.delta_s, "seed": r.job.seed, "policy": name,
-                         "4G saved (%)": o.saving_percent, "on time (%)": o.compliance_percent,
-                         "late (%)": o.late_percent, "via RSU (%)": o.rsu_percent})
+            rows.append(
+                {
+                    "delta (s)": r.job.scenario.delta_s,
+                    "seed": r.job.seed,
+                    "policy": name,
+                    "4G saved (%)": o.saving_percent,
+                    "on time (%)": o.compliance_percent,
+                    "late (%)": o.late_percent,
+                    "via RSU (%)": o.rsu_percent,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -126,14 +146,16 @@ def best_fixed_saving(t: pd.DataFrame, thetas: list[float], min_on_time: float =
     Where no fixed theta kept it, the best saving of any fixed theta is used (stricter for fuzzy).
     """
     savings = pd.concat([_per_seed(t, fixed_name(th), "4G saved (%)") for th in thetas], axis=1)
-    ok = pd.concat([t[t["policy"] == fixed_name(th)].groupby("seed")["on time (%)"].min() >= min_on_time
-                    for th in thetas], axis=1)
+    ok = pd.concat(
+        [t[t["policy"] == fixed_name(th)].groupby("seed")["on time (%)"].min() >= min_on_time for th in thetas], axis=1
+    )
     qualified = savings.where(ok.to_numpy()).max(axis=1)
     return qualified.fillna(savings.max(axis=1)).sort_index()
 
 
-def claims(results: list[FuzzyResult], default_delta: float, reference_theta: float,
-           thetas: list[float]) -> dict[str, list[float]]:
+def claims(
+    results: list[FuzzyResult], default_delta: float, reference_theta: float, thetas: list[float]
+) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims."""
     t = table(results)
     fuzzy_mean = _per_seed(t, FUZZY, "4G saved (%)")
@@ -156,25 +178,30 @@ def summary(results: list[FuzzyResult]) -> pd.DataFrame:
 
 def figure_deadlines(results: list[FuzzyResult]) -> plt.Figure:
     """4G saving and compliance against the deadline, every policy (held-out city)."""
-    return metric_panels(table(results), "delta (s)", [("4G saved (%)", "4G cost saved vs all-4G (%)"),
-                                                      ("on time (%)", "packets within delta (%)")],
-                         title="heterogeneous city: fuzzy theta against fixed thetas")
+    return metric_panels(
+        table(results),
+        "delta (s)",
+        [("4G saved (%)", "4G cost saved vs all-4G (%)"), ("on time (%)", "packets within delta (%)")],
+        title="heterogeneous city: fuzzy theta against fixed thetas",
+    )
 
 
 def figure_learning(results: list[FuzzyResult], delta: float) -> plt.Figure:
     """Training 4G cost per episode at one deadline, fuzzy against fixed thetas."""
     rs = [r for r in results if r.job.scenario.delta_s == delta]
     names = list(rs[0].curves)
-    return learning_curves({n: [[o.cost_4g_percent for o in r.curves[n]] for r in rs] for n in names},
-                           ylabel="4G cost while training (%)", title=f"training curves (delta = {delta:g} s)")
+    return learning_curves(
+        {n: [[o.cost_4g_percent for o in r.curves[n]] for r in rs] for n in names},
+        ylabel="4G cost while training (%)",
+        title=f"training curves (delta = {delta:g} s)",
+    )
 
 
 def figure_controller(controller: FuzzyTheta) -> plt.Figure:
     """The controller's theta over its two inputs."""
     fig, ax = plt.subplots(figsize=(4.6, 3.6))
     n = controller.table.shape[0]
-    im = ax.imshow(controller.table.T, origin="lower", extent=(0, 1, 0, 1), vmin=0, vmax=1, cmap="viridis",
-                   aspect="auto")
+    im = ax.imshow(controller.table.T, origin="lower", extent=(0, 1, 0, 1), vmin=0, vmax=1, cmap="viridis", aspect="auto")
     ax.set_xlabel("oldest packet age / delta")
     ax.set_ylabel(f"opportunity density (count / {controller.density_scale:g})")
     ax.set_title(f"fuzzy theta ({n} x {n} lattice from scikit-fuzzy)")

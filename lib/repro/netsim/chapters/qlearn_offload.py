@@ -23,7 +23,7 @@ HELD_OUT = 1000  # evaluation mobility seed = HELD_OUT + training seed
 POLICIES = ("Q-learning", "all-4G", "fixed-probability", "greedy")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OffloadJob:
     """One training seed of one scenario.
 
@@ -63,7 +63,7 @@ class OffloadJob:
         return f"q_G{s.gen_interval_s}_delta{s.delta_s:g}_seed{self.seed}.npy"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OffloadResult:
     """A job's learning curve and every policy's held-out outcome."""
 
@@ -84,11 +84,11 @@ def run(job: OffloadJob) -> OffloadResult:
     policies = {
         "Q-learning": greedy_q(agent),
         "all-4G": AllCellular().act,
-        "fixed-probability": FixedProbability(job.fixed_p, sc.delta_s).act,
-        "greedy": GreedyOpportunistic(sc.delta_s).act,
+        "fixed-probability": FixedProbability(p=job.fixed_p, delta_s=sc.delta_s).act,
+        "greedy": GreedyOpportunistic(delta_s=sc.delta_s).act,
     }
     outcomes = {name: evaluate(sc, test, act, job.theta) for name, act in policies.items()}
-    return OffloadResult(job, tuple(curve), outcomes, path)
+    return OffloadResult(job=job, curve=tuple(curve), outcomes=outcomes, checkpoint=path)
 
 
 def sweep(base: Scenario, gen_intervals: list[int], deltas: list[float], seeds: list[int], episodes: int,
@@ -103,7 +103,20 @@ def sweep(base: Scenario, gen_intervals: list[int], deltas: list[float], seeds: 
     points += [replace(base, delta_s=float(d)) for d in deltas if float(d) != base.delta_s]
     if base not in points:
         points.insert(0, base)
-    jobs = [OffloadJob(p, episodes, s, qconfig, fixed_p, theta, checkpoint_dir, reuse) for p in points for s in seeds]
+    jobs = [
+        OffloadJob(
+            scenario=p,
+            episodes=episodes,
+            seed=s,
+            qconfig=qconfig,
+            fixed_p=fixed_p,
+            theta=theta,
+            checkpoint_dir=checkpoint_dir,
+            reuse=reuse,
+        )
+        for p in points
+        for s in seeds
+    ]
     return parallel_map(run, jobs, workers=workers, desc="qlearn-offload runs")
 
 
@@ -113,9 +126,18 @@ def table(results: list[OffloadResult]) -> pd.DataFrame:
     for r in results:
         sc = r.job.scenario
         for name, o in r.outcomes.items():
-            rows.append({"G (s)": sc.gen_interval_s, "delta (s)": sc.delta_s, "seed": r.job.seed, "policy": name,
-                         "4G cost (%)": o.cost_4g_percent, "4G saved (%)": o.saving_percent,
-                         "on time (%)": o.compliance_percent, "via RSU (%)": o.rsu_percent})
+            rows.append(
+                {
+                    "G (s)": sc.gen_interval_s,
+                    "delta (s)": sc.delta_s,
+                    "seed": r.job.seed,
+                    "policy": name,
+                    "4G cost (%)": o.cost_4g_percent,
+                    "4G saved (%)": o.saving_percent,
+                    "on time (%)": o.compliance_percent,
+                    "via RSU (%)": o.rsu_percent,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -130,8 +152,9 @@ def claims(results: list[OffloadResult], base: Scenario) -> dict[str, list[float
     return {
         "saving_vs_all4g": [r.outcomes["Q-learning"].saving_percent for r in rs],
         "late_share": [r.outcomes["Q-learning"].late_percent for r in rs],
-        "saving_vs_fixed_probability": [r.outcomes["Q-learning"].saving_percent
-                                        - r.outcomes["fixed-probability"].saving_percent for r in rs],
+        "saving_vs_fixed_probability": [
+            r.outcomes["Q-learning"].saving_percent - r.outcomes["fixed-probability"].saving_percent for r in rs
+        ],
     }
 
 
@@ -146,17 +169,24 @@ def summary(results: list[OffloadResult], base: Scenario) -> pd.DataFrame:
 def figure_learning(results: list[OffloadResult], base: Scenario) -> plt.Figure:
     """Training curves at the default scenario: 4G cost and compliance per episode (exploring policy)."""
     rs = at_point(results, base)
-    return learning_curves({"4G cost (%)": [[o.cost_4g_percent for o in r.curve] for r in rs],
-                            "on time (%)": [[o.compliance_percent for o in r.curve] for r in rs]},
-                           ylabel="percent of packets", title="Q-learning while training (training city)")
+    return learning_curves(
+        {
+            "4G cost (%)": [[o.cost_4g_percent for o in r.curve] for r in rs],
+            "on time (%)": [[o.compliance_percent for o in r.curve] for r in rs],
+        },
+        ylabel="percent of packets",
+        title="Q-learning while training (training city)",
+    )
 
 
 def figure_sweeps(results: list[OffloadResult], base: Scenario) -> tuple[plt.Figure, plt.Figure]:
     """4G saving and compliance against the packet interval, and against the deadline (held-out city)."""
     t = table(results)
     metrics = [("4G saved (%)", "4G cost saved vs all-4G (%)"), ("on time (%)", "packets within delta (%)")]
-    by_g = metric_panels(t[t["delta (s)"] == base.delta_s], "G (s)", metrics,
-                         title=f"packet interval sweep (delta = {base.delta_s:g} s)")
-    by_delta = metric_panels(t[t["G (s)"] == base.gen_interval_s], "delta (s)", metrics,
-                             title=f"deadline sweep (G = {base.gen_interval_s} s)")
+    by_g = metric_panels(
+        t[t["delta (s)"] == base.delta_s], "G (s)", metrics, title=f"packet interval sweep (delta = {base.delta_s:g} s)"
+    )
+    by_delta = metric_panels(
+        t[t["G (s)"] == base.gen_interval_s], "delta (s)", metrics, title=f"deadline sweep (G = {base.gen_interval_s} s)"
+    )
     return by_g, by_delta

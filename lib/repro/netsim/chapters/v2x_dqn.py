@@ -28,7 +28,7 @@ BASELINES = ("greedy", "all-V2I", "all-V2C", "all-V2I+I2C", "random")
 FIXED = ("all-V2I", "all-V2C", "all-V2I+I2C")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Load:
     """One load point: vehicle arrivals per second and tasks per second per vehicle."""
 
@@ -41,7 +41,7 @@ class Load:
         return f"{self.vehicle_rate:g} veh/s, {self.task_rate:g} task/s"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class V2XJob:
     """One seed of one agent (or of the baselines when ``agent`` is ``"baselines"``).
 
@@ -81,7 +81,7 @@ class V2XJob:
     reuse: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Evaluation:
     """One policy on one load point: mean latency (s), deadline-miss share (%) and the path mix."""
 
@@ -92,7 +92,7 @@ class Evaluation:
     path_share: tuple[float, float, float]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class V2XResult:
     """A job's evaluations, its training curve (mean reward per task per episode) and checkpoint."""
 
@@ -117,8 +117,13 @@ def evaluate(cfg: V2XConfig, seed: int, act, name: str, load: Load) -> Evaluatio
         obs, _, done, _, info = env.step(act(obs, info))
     lat = env.latencies()
     paths = np.bincount([r.path for r in env.records], minlength=3) / max(len(env.records), 1)
-    return Evaluation(name, load, float(lat.mean()), float(100.0 * np.mean(lat > cfg.deadline_s)),
-                      tuple(float(p) for p in paths))
+    return Evaluation(
+        policy=name,
+        load=load,
+        mean_latency_s=float(lat.mean()),
+        miss_percent=float(100.0 * np.mean(lat > cfg.deadline_s)),
+        path_share=tuple(float(p) for p in paths),
+    )
 
 
 def run(job: V2XJob) -> V2XResult:
@@ -127,31 +132,43 @@ def run(job: V2XJob) -> V2XResult:
     test = HELD_OUT + job.seed
     if job.agent == "baselines":
         rng = np.random.default_rng([job.seed, 3])
-        policies = {"greedy": GreedyLatency(), "all-V2I": FixedPath(V2I), "all-V2C": FixedPath(V2C),
-                    "all-V2I+I2C": FixedPath(V2I_I2C), "random": RandomAllowed()}
-        evals = tuple(evaluate(scenario(job.base, load, job.eval_horizon_s), test,
-                               lambda o, i, p=pol: p.act(o, i, rng), name, load)
-                      for load in job.eval_loads for name, pol in policies.items())
-        return V2XResult(job, evals, (), 0.0, None)
+        policies = {
+            "greedy": GreedyLatency(),
+            "all-V2I": FixedPath(path=V2I),
+            "all-V2C": FixedPath(path=V2C),
+            "all-V2I+I2C": FixedPath(path=V2I_I2C),
+            "random": RandomAllowed(),
+        }
+        evals = tuple(
+            evaluate(scenario(job.base, load, job.eval_horizon_s), test, lambda o, i, p=pol: p.act(o, i, rng), name, load)
+            for load in job.eval_loads
+            for name, pol in policies.items()
+        )
+        return V2XResult(job=job, evaluations=evals, curve=(), train_seconds=0.0, checkpoint=None)
     if job.agent not in AGENTS:
         raise ValueError(f"unknown agent {job.agent!r}; use one of {AGENTS + ('baselines',)}")
     train_cfg = scenario(job.base, job.train_load, job.train_horizon_s)
     guide = functools.partial(latencies_from_observation, train_cfg) if job.agent == AGENTS[0] else None
     tag = "guided" if guide else "uniform"
-    done = checkpointed_dqn(job.checkpoint_dir, f"dqn_{tag}_seed{job.seed}.zip", job.reuse,
-                            lambda: train_dqn(ThreeTierV2XEnv(train_cfg), job.train_steps, job.seed, job.dqn, guide,
-                                              job.device), job.device)
+    done = checkpointed_dqn(
+        job.checkpoint_dir,
+        f"dqn_{tag}_seed{job.seed}.zip",
+        job.reuse,
+        lambda: train_dqn(ThreeTierV2XEnv(train_cfg), job.train_steps, job.seed, job.dqn, guide, job.device),
+        job.device,
+    )
     trained, path = done.trained, done.path
     act = lambda o, i: int(greedy_actions(trained.model, o)[0])  # noqa: E731
-    evals = tuple(evaluate(scenario(job.base, load, job.eval_horizon_s), test, act, job.agent, load)
-                  for load in job.eval_loads)
+    evals = tuple(evaluate(scenario(job.base, load, job.eval_horizon_s), test, act, job.agent, load) for load in job.eval_loads)
     curve = tuple(r / max(n, 1) for r, n in zip(trained.episode_returns, trained.episode_lengths))
-    return V2XResult(job, evals, curve, trained.seconds, path)
+    return V2XResult(job=job, evaluations=evals, curve=curve, train_seconds=trained.seconds, checkpoint=path)
 
 
 def loads(vehicle_rates: list[float], task_rates: list[float], vehicle_rate: float, task_rate: float) -> tuple[Load, ...]:
     """The vehicle-rate sweep at ``task_rate`` and the task-rate sweep at ``vehicle_rate`` (no duplicates)."""
-    pts = [Load(v, task_rate) for v in vehicle_rates] + [Load(vehicle_rate, p) for p in task_rates]
+    pts = [Load(vehicle_rate=v, task_rate=task_rate) for v in vehicle_rates] + [
+        Load(vehicle_rate=vehicle_rate, task_rate=p) for p in task_rates
+    ]
     return tuple(dict.fromkeys(pts))
 
 
@@ -165,12 +182,39 @@ def lightest(points: tuple[Load, ...]) -> Load:
     return min(points, key=lambda p: p.vehicle_rate * p.task_rate)
 
 
-def sweep(base: V2XConfig, eval_loads: tuple[Load, ...], train_load: Load, seeds: list[int], train_steps: int,
-          train_horizon_s: float, eval_horizon_s: float, dqn: DQNConfig, checkpoint_dir: str | None,
-          workers: int = 1, device: str = "cpu", reuse: bool = False) -> list[V2XResult]:
+def sweep(
+    base: V2XConfig,
+    eval_loads: tuple[Load, ...],
+    train_load: Load,
+    seeds: list[int],
+    train_steps: int,
+    train_horizon_s: float,
+    eval_horizon_s: float,
+    dqn: DQNConfig,
+    checkpoint_dir: str | None,
+    workers: int = 1,
+    device: str = "cpu",
+    reuse: bool = False,
+) -> list[V2XResult]:
     """Every agent and the baselines for every seed (the agents' networks on ``device``; with ``reuse``, loaded)."""
-    jobs = [V2XJob(agent, s, base, train_load, train_steps, train_horizon_s, eval_loads, eval_horizon_s, dqn,
-                   checkpoint_dir, device, reuse) for s in seeds for agent in (*AGENTS, "baselines")]
+    jobs = [
+        V2XJob(
+            agent=agent,
+            seed=s,
+            base=base,
+            train_load=train_load,
+            train_steps=train_steps,
+            train_horizon_s=train_horizon_s,
+            eval_loads=eval_loads,
+            eval_horizon_s=eval_horizon_s,
+            dqn=dqn,
+            checkpoint_dir=checkpoint_dir,
+            device=device,
+            reuse=reuse,
+        )
+        for s in seeds
+        for agent in (*AGENTS, "baselines")
+    ]
     return parallel_map(run, jobs, workers=workers, desc="v2x-dqn runs")
 
 
@@ -179,11 +223,21 @@ def table(results: list[V2XResult]) -> pd.DataFrame:
     rows = []
     for r in results:
         for e in r.evaluations:
-            rows.append({"seed": r.job.seed, "policy": e.policy, "vehicle rate": e.load.vehicle_rate,
-                         "task rate": e.load.task_rate, "load": e.load.label,
-                         "tasks/s": e.load.vehicle_rate * e.load.task_rate,
-                         "mean latency (ms)": 1000 * e.mean_latency_s, "missed (%)": e.miss_percent,
-                         "share V2I": e.path_share[0], "share V2C": e.path_share[1], "share V2I+I2C": e.path_share[2]})
+            rows.append(
+                {
+                    "seed": r.job.seed,
+                    "policy": e.policy,
+                    "vehicle rate": e.load.vehicle_rate,
+                    "task rate": e.load.task_rate,
+                    "load": e.load.label,
+                    "tasks/s": e.load.vehicle_rate * e.load.task_rate,
+                    "mean latency (ms)": 1000 * e.mean_latency_s,
+                    "missed (%)": e.miss_percent,
+                    "share V2I": e.path_share[0],
+                    "share V2C": e.path_share[1],
+                    "share V2I+I2C": e.path_share[2],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -218,8 +272,9 @@ def summary(results: list[V2XResult], heavy: Load) -> pd.DataFrame:
     """The headline table: every policy at the heaviest load, mean and sd over seeds."""
     t = table(results)
     t = t[(t["vehicle rate"] == heavy.vehicle_rate) & (t["task rate"] == heavy.task_rate)]
-    agg = t.groupby("policy", sort=False)[["mean latency (ms)", "missed (%)", "share V2I", "share V2C",
-                                           "share V2I+I2C"]].agg(["mean", "std"])
+    agg = t.groupby("policy", sort=False)[["mean latency (ms)", "missed (%)", "share V2I", "share V2C", "share V2I+I2C"]].agg(
+        ["mean", "std"]
+    )
     agg.columns = [f"{a} {b}" for a, b in agg.columns]
     return agg.round(3).reset_index()
 
@@ -238,8 +293,9 @@ def figure_loads(results: list[V2XResult], base_vehicle_rate: float, base_task_r
     """Mean latency against vehicle arrival rate and against task rate (log scale), every policy."""
     t = table(results)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, (col, fixed_col, fixed_val) in zip(axes, [("vehicle rate", "task rate", base_task_rate),
-                                                      ("task rate", "vehicle rate", base_vehicle_rate)]):
+    for ax, (col, fixed_col, fixed_val) in zip(
+        axes, [("vehicle rate", "task rate", base_task_rate), ("task rate", "vehicle rate", base_vehicle_rate)]
+    ):
         part = t[t[fixed_col] == fixed_val]
         stats = part.groupby(["policy", col])["mean latency (ms)"].agg(["mean", "std"]).reset_index()
         for name, p in stats.groupby("policy", sort=False):
@@ -256,5 +312,9 @@ def figure_loads(results: list[V2XResult], base_vehicle_rate: float, base_task_r
 def figure_misses(results: list[V2XResult], base_vehicle_rate: float) -> plt.Figure:
     """Deadline misses against task rate (at the default vehicle rate)."""
     t = table(results)
-    return metric_panels(t[t["vehicle rate"] == base_vehicle_rate], "task rate", [("missed (%)", "tasks over deadline (%)")],
-                         title=f"vehicle rate = {base_vehicle_rate:g} veh/s")
+    return metric_panels(
+        t[t["vehicle rate"] == base_vehicle_rate],
+        "task rate",
+        [("missed (%)", "tasks over deadline (%)")],
+        title=f"vehicle rate = {base_vehicle_rate:g} veh/s",
+    )

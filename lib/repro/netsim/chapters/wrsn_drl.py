@@ -89,7 +89,7 @@ def train_q_charging(cfg: WRSNConfig, episodes: int, seed: int, qconfig: QLearni
     return agent, returns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WRSNJob:
     """One seed of one agent, or of the heuristics (``agent == "heuristics"``).
 
@@ -129,7 +129,7 @@ class WRSNJob:
     reuse: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Lifetime:
     """Mean lifetime (s) of one policy over the held-out networks at one packet probability."""
 
@@ -138,7 +138,7 @@ class Lifetime:
     seconds: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WRSNResult:
     """A job's lifetimes, its training curve (return per episode) and checkpoint."""
 
@@ -153,7 +153,7 @@ def _evaluate(job: WRSNJob, name: str, act) -> list[Lifetime]:
     for p in job.packet_probs:
         cfg = replace(job.config, packet_prob=p)
         secs = [lifetime(cfg, HELD_OUT + 100 * job.seed + k, act) for k in range(job.eval_networks)]
-        out.append(Lifetime(name, p, float(np.mean(secs))))
+        out.append(Lifetime(policy=name, packet_prob=p, seconds=float(np.mean(secs))))
     return out
 
 
@@ -168,7 +168,7 @@ def run(job: WRSNJob) -> WRSNResult:
     if job.agent == "heuristics":
         rules = {"INMA-like": inma_like, "nearest request": nearest_request, "no charging": no_charging}
         lifes = [lt for name, rule in rules.items() for lt in _evaluate(job, name, lambda env, obs, f=rule: f(env))]
-        return WRSNResult(job, tuple(lifes), (), None)
+        return WRSNResult(job=job, lifetimes=tuple(lifes), curve=(), checkpoint=None)
     path = None
     if job.agent == "DQN":
         done = checkpointed_dqn(job.checkpoint_dir, f"dqn_seed{job.seed}.zip", job.reuse,
@@ -188,22 +188,43 @@ def run(job: WRSNJob) -> WRSNResult:
                           lambda env, obs: int(agent.greedy(np.array([location_state(env)]), ones)[0]))
     else:
         raise ValueError(f"unknown agent {job.agent!r}")
-    return WRSNResult(job, tuple(lifes), curve, path)
+    return WRSNResult(job=job, lifetimes=tuple(lifes), curve=curve, checkpoint=path)
 
 
 def sweep(config: WRSNConfig, seeds: list[int], train_steps: int, q_episodes: int, eval_networks: int,
           packet_probs: list[float], dqn: DQNConfig, qconfig: QLearningConfig, checkpoint_dir: str | None,
           workers: int = 1, device: str = "cpu", reuse: bool = False) -> list[WRSNResult]:
     """Every agent and the heuristics, for every seed (the DQN's networks on ``device``; with ``reuse``, loaded)."""
-    jobs = [WRSNJob(agent, s, config, train_steps, q_episodes, eval_networks, tuple(packet_probs), dqn, qconfig,
-                    checkpoint_dir, device, reuse) for s in seeds for agent in (*AGENTS, "heuristics")]
+    jobs = [
+        WRSNJob(
+            agent=agent,
+            seed=s,
+            config=config,
+            train_steps=train_steps,
+            q_episodes=q_episodes,
+            eval_networks=eval_networks,
+            packet_probs=tuple(packet_probs),
+            dqn=dqn,
+            qconfig=qconfig,
+            checkpoint_dir=checkpoint_dir,
+            device=device,
+            reuse=reuse,
+        )
+        for s in seeds
+        for agent in (*AGENTS, "heuristics")
+    ]
     return parallel_map(run, jobs, workers=workers, desc="wrsn-drl runs")
 
 
 def table(results: list[WRSNResult]) -> pd.DataFrame:
     """One row per (seed, packet probability, policy)."""
-    return pd.DataFrame([{"seed": r.job.seed, "policy": lt.policy, "packet prob": lt.packet_prob,
-                          "lifetime (s)": lt.seconds} for r in results for lt in r.lifetimes])
+    return pd.DataFrame(
+        [
+            {"seed": r.job.seed, "policy": lt.policy, "packet prob": lt.packet_prob, "lifetime (s)": lt.seconds}
+            for r in results
+            for lt in r.lifetimes
+        ]
+    )
 
 
 def _life(t: pd.DataFrame, policy: str, prob: float) -> pd.Series:
@@ -235,8 +256,9 @@ def figure_lifetimes(results: list[WRSNResult]) -> plt.Figure:
     stats = t.groupby(["policy", "packet prob"], sort=False)["lifetime (s)"].agg(["mean", "std"]).reset_index()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name, part in stats.groupby("policy", sort=False):
-        ax.errorbar(part["packet prob"], part["mean"] / 3600, yerr=part["std"].fillna(0) / 3600, marker="o", ms=4,
-                    capsize=3, label=name)
+        ax.errorbar(
+            part["packet prob"], part["mean"] / 3600, yerr=part["std"].fillna(0) / 3600, marker="o", ms=4, capsize=3, label=name
+        )
     ax.set_xlabel("packet probability per second")
     ax.set_ylabel("network lifetime (h)")
     ax.set_title("lifetime on held-out networks")

@@ -29,7 +29,7 @@ from repro.neuro.mapping import place
 from repro.neuro.simulate import ChipConfig, build_chip, chip_run, reference_run
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimeuroConfig:
     """The chapter's settings (names as in its registry schema)."""
 
@@ -50,7 +50,7 @@ class SimeuroConfig:
     energy_pj: tuple[float, float, float]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GridPoint:
     """Accuracy of the chip under one device model."""
 
@@ -59,7 +59,7 @@ class GridPoint:
     accuracy: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeedRecord:
     """Everything one seed measured.
 
@@ -112,7 +112,7 @@ def run_seed(cfg: SimeuroConfig, seed: int) -> SeedRecord:
     x = cv.input_spikes(data.x_test[: cfg.n_test], cfg.ticks)
     y = data.y_test[: cfg.n_test]
     ref = reference_run(net, x)
-    base = ChipConfig(cfg.axons, cfg.neurons, cfg.mesh, cfg.placement)
+    base = ChipConfig(axons=cfg.axons, neurons=cfg.neurons, mesh=cfg.mesh, placement=cfg.placement)
     ideal_chip = build_chip(net, base, seed)
     ideal = chip_run(ideal_chip, x, workers=1)
     parted = chip_run(ideal_chip, x, workers=cfg.workers)
@@ -122,28 +122,44 @@ def run_seed(cfg: SimeuroConfig, seed: int) -> SeedRecord:
     grid = []
     for levels in cfg.levels:
         for sigma in cfg.sigmas:
-            chip = build_chip(net, ChipConfig(cfg.axons, cfg.neurons, cfg.mesh, cfg.placement,
-                                              DeviceModel(levels=levels, sigma=sigma)), seed)
-            grid.append(GridPoint(levels, sigma, float((chip_run(chip, x).predictions() == y).mean())))
-    adc_chip = build_chip(net, ChipConfig(cfg.axons, cfg.neurons, cfg.mesh, cfg.placement,
-                                          DeviceModel(adc_bits=cfg.adc_bits)), seed)
+            chip = build_chip(net, ChipConfig(axons=cfg.axons, neurons=cfg.neurons, mesh=cfg.mesh, placement=cfg.placement,
+                                              device=DeviceModel(levels=levels, sigma=sigma)), seed)
+            grid.append(GridPoint(levels=levels, sigma=sigma, accuracy=float((chip_run(chip, x).predictions() == y).mean())))
+    adc_chip = build_chip(net, ChipConfig(axons=cfg.axons, neurons=cfg.neurons, mesh=cfg.mesh, placement=cfg.placement,
+                                          device=DeviceModel(adc_bits=cfg.adc_bits)), seed)
     return SeedRecord(
-        seed, cv.ann_accuracy(model, data, cfg.n_test), float((ref.predictions() == y).mean()),
-        float((ideal.predictions() == y).mean()), float((chip_run(adc_chip, x).predictions() == y).mean()),
-        mism, perr, ideal.synaptic_events, ideal.spike_packets, ideal.partial_packets, ideal.hops,
-        ideal.max_link_load, int(sum(s.sum() for s in ideal.spikes)), len(ideal_chip.tiles), cfg.axons * cfg.neurons,
-        ideal.core_seconds, ideal.wall_seconds, tuple(grid))
+        seed=seed,
+        ann_accuracy=cv.ann_accuracy(model, data, cfg.n_test),
+        reference_accuracy=float((ref.predictions() == y).mean()),
+        ideal_accuracy=float((ideal.predictions() == y).mean()),
+        adc_accuracy=float((chip_run(adc_chip, x).predictions() == y).mean()),
+        spike_mismatches=mism,
+        packet_error=perr,
+        synaptic_events=ideal.synaptic_events,
+        spike_packets=ideal.spike_packets,
+        partial_packets=ideal.partial_packets,
+        hops=ideal.hops,
+        max_link_load=ideal.max_link_load,
+        spikes=int(sum(s.sum() for s in ideal.spikes)),
+        cores=len(ideal_chip.tiles),
+        synapses_per_core=cfg.axons * cfg.neurons,
+        core_seconds=ideal.core_seconds,
+        wall_seconds=ideal.wall_seconds,
+        grid=tuple(grid),
+    )
 
 
 def energy_breakdown(rec: SeedRecord, energy_pj: tuple[float, float, float], n_images: int) -> dict[str, float]:
     """Modelled energy per image (nJ): synaptic events, spike generation and packet hops (constants assumed)."""
     syn, spk, hop = energy_pj
-    return {"synaptic events": rec.synaptic_events * syn / 1e3 / n_images,
-            "spikes": rec.spikes * spk / 1e3 / n_images,
-            "NoC hops": (rec.hops) * hop / 1e3 / n_images}
+    return {
+        "synaptic events": rec.synaptic_events * syn / 1e3 / n_images,
+        "spikes": rec.spikes * spk / 1e3 / n_images,
+        "NoC hops": (rec.hops) * hop / 1e3 / n_images,
+    }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PaperScale:
     """The paper-scale run the model extrapolates to (cores, crossbar synapses, ticks, inputs, GPUs)."""
 
@@ -172,7 +188,7 @@ def grid_frame(records: list[SeedRecord]) -> pd.DataFrame:
     return pd.DataFrame([{"seed": r.seed, **g.__dict__} for r in records for g in r.grid])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScalingSettings:
     """The synthetic chips of the scaling study.
 
@@ -198,7 +214,7 @@ class ScalingSettings:
     workers: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScalingPoint:
     """One synthetic chip of the scaling study.
 
@@ -235,10 +251,11 @@ class ScalingPoint:
 def scaling_point(settings: ScalingSettings, width: int, seed: int) -> ScalingPoint:
     """Map a random ``width``-wide network on the smallest square mesh that holds it, time it and count its hops."""
     net = synthetic.random_network([width] * 3, settings.rate, seed)
-    cores = sum(math.ceil(a / settings.crossbar) * math.ceil(b / settings.crossbar)
-                for a, b in zip(net.sizes[:-1], net.sizes[1:]))
+    cores = sum(
+        math.ceil(a / settings.crossbar) * math.ceil(b / settings.crossbar) for a, b in zip(net.sizes[:-1], net.sizes[1:])
+    )
     side = math.ceil(math.sqrt(cores))
-    chip = build_chip(net, ChipConfig(settings.crossbar, settings.crossbar, (side, side)), seed)
+    chip = build_chip(net, ChipConfig(axons=settings.crossbar, neurons=settings.crossbar, mesh=(side, side)), seed)
     x = synthetic.poisson_inputs(settings.ticks, settings.batch, width, settings.rate, seed)
     single = chip_run(chip, x, workers=1)
     parted = chip_run(chip, x, workers=settings.workers)
@@ -247,11 +264,20 @@ def scaling_point(settings: ScalingSettings, width: int, seed: int) -> ScalingPo
             raise RuntimeError("the partitioned run differs from the single-process run")
     shuffled = single.traffic.relocated(place(cores, (side, side), "random", seed))
     packets = max(single.traffic.packets, 1)
-    return ScalingPoint(seed, width, cores, side, sum(w.size for w in net.weights),
-                        float(np.mean([s.mean() for s in single.spikes])),
-                        single.core_seconds / settings.ticks, parted.core_seconds / settings.ticks,
-                        single.wall_seconds / settings.ticks, parted.wall_seconds / settings.ticks,
-                        single.traffic.hops / packets, shuffled.hops / packets)
+    return ScalingPoint(
+        seed=seed,
+        width=width,
+        cores=cores,
+        mesh_side=side,
+        synapses=sum(w.size for w in net.weights),
+        activity=float(np.mean([s.mean() for s in single.spikes])),
+        core_tick_single=single.core_seconds / settings.ticks,
+        core_tick_partitioned=parted.core_seconds / settings.ticks,
+        wall_tick_single=single.wall_seconds / settings.ticks,
+        wall_tick_partitioned=parted.wall_seconds / settings.ticks,
+        hops_sequential=single.traffic.hops / packets,
+        hops_random=shuffled.hops / packets,
+    )
 
 
 def scaling_study(settings: ScalingSettings, seeds: list[int]) -> list[ScalingPoint]:
@@ -270,8 +296,9 @@ def per_tick_extrapolation(points: list[ScalingPoint], cores: int, synapses_per_
     return float(per_synapse * cores * synapses_per_core)
 
 
-def claims(records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperScale, device_speedup: float,
-           points: list[ScalingPoint]) -> dict[str, list[float]]:
+def claims(
+    records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperScale, device_speedup: float, points: list[ScalingPoint]
+) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims (see its registry file)."""
     grid = grid_frame(records)
     lo, hi = min(cfg.levels), max(cfg.levels)
@@ -287,11 +314,13 @@ def claims(records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperScale, dev
         "rram_levels_drop": [100.0 * (acc(r.seed, hi, s_lo) - acc(r.seed, lo, s_lo)) for r in records],
         "variation_drop": [100.0 * (acc(r.seed, hi, s_lo) - acc(r.seed, hi, s_hi)) for r in records],
         "paper_scale_minutes": [modelled_minutes(r, cfg, scale, device_speedup) for r in records],
-        "partition_speedup": [p.core_tick_single / p.core_tick_partitioned for p in points
-                              if p.width == max(q.width for q in points)],
-        "placement_hops_saved": [float(np.mean([100.0 * (1.0 - p.hops_sequential / p.hops_random)
-                                                 for p in points if p.seed == s]))
-                                 for s in sorted({p.seed for p in points})],
+        "partition_speedup": [
+            p.core_tick_single / p.core_tick_partitioned for p in points if p.width == max(q.width for q in points)
+        ],
+        "placement_hops_saved": [
+            float(np.mean([100.0 * (1.0 - p.hops_sequential / p.hops_random) for p in points if p.seed == s]))
+            for s in sorted({p.seed for p in points})
+        ],
     }
 
 
@@ -300,8 +329,14 @@ def accuracy_figure(records: list[SeedRecord], ideal: float) -> plt.Figure:
     grid = grid_frame(records).groupby(["sigma", "levels"]).accuracy.agg(["mean", "std"]).reset_index()
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for sigma, g in grid.groupby("sigma"):
-        ax.errorbar(g.levels, 100 * g["mean"], yerr=100 * g["std"].fillna(0.0), marker="o", capsize=3,
-                    label=f"variation sigma = {sigma:g}")
+        ax.errorbar(
+            g.levels,
+            100 * g["mean"],
+            yerr=100 * g["std"].fillna(0.0),
+            marker="o",
+            capsize=3,
+            label=f"variation sigma = {sigma:g}",
+        )
     ax.axhline(100 * ideal, color="k", ls="--", label="ideal weights")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("RRAM conductance levels")
@@ -321,8 +356,9 @@ def energy_figure(records: list[SeedRecord], cfg: SimeuroConfig) -> plt.Figure:
     return fig
 
 
-def minutes_figure(records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperScale, speedups: list[float],
-                   limit: float) -> plt.Figure:
+def minutes_figure(
+    records: list[SeedRecord], cfg: SimeuroConfig, scale: PaperScale, speedups: list[float], limit: float
+) -> plt.Figure:
     """Modelled paper-scale minutes against the assumed per-device speed-up, with the claim's limit."""
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     vals = [[modelled_minutes(r, cfg, scale, s) for r in records] for s in speedups]
@@ -345,8 +381,9 @@ def scaling_figure(points: list[ScalingPoint], workers: int, paper_cores: int) -
     left.plot(mean.cores, mean.core_tick_single, "o-", label="core phase, 1 process")
     left.plot(mean.cores, mean.core_tick_partitioned, "s-", label=f"core phase, {workers} processes")
     left.plot(mean.cores, mean.wall_tick_single, "o:", color="tab:blue", alpha=0.6, label="whole tick, 1 process")
-    left.plot(mean.cores, mean.wall_tick_partitioned, "s:", color="tab:orange", alpha=0.6,
-              label=f"whole tick, {workers} processes")
+    left.plot(
+        mean.cores, mean.wall_tick_partitioned, "s:", color="tab:orange", alpha=0.6, label=f"whole tick, {workers} processes"
+    )
     left.axvline(paper_cores, color="tab:red", ls="--", label=f"paper: {paper_cores:,} cores")
     left.set_xscale("log")
     left.set_yscale("log")

@@ -86,8 +86,8 @@ class RootSettings(GridSettings):
         """The grid's methods: the baselines, ROOT, then the ablations when asked for."""
         methods: list[str | MethodSpec] = [*self.baselines, METHOD]
         if self.ablations:
-            methods += [MethodSpec("root (F=1)", METHOD, root={"n_functions": 1}),
-                        MethodSpec("root (w=0)", METHOD, root={"guidance": 0.0})]
+            methods += [MethodSpec(label="root (F=1)", method=METHOD, root={"n_functions": 1}),
+                        MethodSpec(label="root (w=0)", method=METHOD, root={"guidance": 0.0})]
         return methods
 
 

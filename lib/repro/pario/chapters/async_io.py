@@ -28,7 +28,7 @@ from repro.pario.ddp_train import launch_training, strategies
 SYNC = "synchronous"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """Data, model and storage settings.
 
@@ -70,7 +70,7 @@ class RunConfig:
     device: str = "cpu"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochRecord:
     """One epoch of one strategy on one rank."""
 
@@ -116,9 +116,24 @@ def runs(cfg: RunConfig, latencies: list[float], seeds: list[int], timeout: floa
                 for rank, rows in enumerate(rep["ranks"]):
                     for row in rows:
                         for e in row["epochs"]:
-                            out.append(EpochRecord(latency, seed, rank, row["strategy"], row["k"], row["threaded"],
-                                                   e["epoch"], e["epoch_s"], e["wait_s"], e["ops"], e["expected_ops"],
-                                                   e["train_loss"], row["val_loss"], tuple(e["samples"])))
+                            out.append(
+                                EpochRecord(
+                                    latency=latency,
+                                    seed=seed,
+                                    rank=rank,
+                                    strategy=row["strategy"],
+                                    k=row["k"],
+                                    threaded=row["threaded"],
+                                    epoch=e["epoch"],
+                                    epoch_s=e["epoch_s"],
+                                    wait_s=e["wait_s"],
+                                    ops=e["ops"],
+                                    expected_ops=e["expected_ops"],
+                                    train_loss=e["train_loss"],
+                                    val_loss=row["val_loss"],
+                                    samples=tuple(e["samples"]),
+                                )
+                            )
     return out
 
 
@@ -172,8 +187,13 @@ def claims(records: list[EpochRecord], n_samples: int, seeds: list[int]) -> dict
 
 def breakdown_figure(df: pd.DataFrame) -> plt.Figure:
     """Epoch time split into waiting for data and the rest, per strategy, one panel per latency."""
-    mean = (df.groupby(["latency", "seed", "strategy", "epoch"])[["wait_s", "compute_s", "epoch_s"]].max()
-            .groupby(["latency", "strategy"]).mean().reset_index())
+    mean = (
+        df.groupby(["latency", "seed", "strategy", "epoch"])[["wait_s", "compute_s", "epoch_s"]]
+        .max()
+        .groupby(["latency", "strategy"])
+        .mean()
+        .reset_index()
+    )
     lats = sorted(mean.latency.unique())
     order = list(dict.fromkeys(df.strategy))
     fig, axes = plt.subplots(1, len(lats), figsize=(5.5 * len(lats), 4), squeeze=False, sharey=True)

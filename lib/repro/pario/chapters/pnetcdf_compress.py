@@ -29,7 +29,7 @@ PER_REQUEST, AGGREGATED = "per-request", "aggregated"
 PHASES = ("owners_s", "exchange_s", "compress_s", "io_s")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkloadConfig:
     """The synthetic E3SM-like workload.
 
@@ -52,8 +52,17 @@ class WorkloadConfig:
 
     def variables(self, n: int) -> list[Variable]:
         """``n`` float32 variables of the configured shape; every other one is a float64 variable."""
-        return [Variable(f"var{i:03d}", self.shape, self.chunk, "<f4" if i % 2 == 0 else "<f8", self.filter,
-                         self.level) for i in range(n)]
+        return [
+            Variable(
+                name=f"var{i:03d}",
+                shape=self.shape,
+                chunk=self.chunk,
+                dtype="<f4" if i % 2 == 0 else "<f8",
+                filter=self.filter,
+                level=self.level,
+            )
+            for i in range(n)
+        ]
 
 
 def process_grid(p: int) -> tuple[int, int]:
@@ -64,7 +73,7 @@ def process_grid(p: int) -> tuple[int, int]:
     return pr, p // pr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WriteRecord:
     """One mode's write in one run; times are the slowest rank's, in seconds, on a shared host."""
 
@@ -84,8 +93,9 @@ class WriteRecord:
     contiguous_s: float
 
 
-def runs(cfg: WorkloadConfig, ranks: list[int], n_vars: list[int], seeds: list[int], keep: Path | None = None,
-         timeout: float = 300.0) -> list[WriteRecord]:
+def runs(
+    cfg: WorkloadConfig, ranks: list[int], n_vars: list[int], seeds: list[int], keep: Path | None = None, timeout: float = 300.0
+) -> list[WriteRecord]:
     """Write every (rank count, variable count, seed) in both modes and uncompressed.
 
     ``faults`` counts variables read back differently, overlapping or
@@ -97,9 +107,16 @@ def runs(cfg: WorkloadConfig, ranks: list[int], n_vars: list[int], seeds: list[i
     points = [(p, n, s) for p in ranks for n in n_vars for s in seeds]
     for p, n, seed in tqdm(points, desc="MPI runs"):
         variables = cfg.variables(n)
-        job = {"chunked": {"variables": [v.__dict__ for v in variables], "grid": list(process_grid(p)),
-                           "tile": list(cfg.tile), "seed": seed, "modes": [PER_REQUEST, AGGREGATED],
-                           "repeats": cfg.repeats}}
+        job = {
+            "chunked": {
+                "variables": [v.__dict__ for v in variables],
+                "grid": list(process_grid(p)),
+                "tile": list(cfg.tile),
+                "seed": seed,
+                "modes": [PER_REQUEST, AGGREGATED],
+                "repeats": cfg.repeats,
+            }
+        }
         with tempfile.TemporaryDirectory(prefix="repro-pnetcdf-") as tmp:
             rep = launch(p, job | {"workdir": tmp}, timeout=timeout)
             if keep is not None and p == max(ranks) and n == max(n_vars):
@@ -107,10 +124,24 @@ def runs(cfg: WorkloadConfig, ranks: list[int], n_vars: list[int], seeds: list[i
         mismatch = int(not rep["modes_identical"])
         for m in rep["modes"]:
             faults = m["variables_differing"] + m["overlapping_extents"] + m["extents_outside"] + mismatch
-            out.append(WriteRecord(p, n, seed, m["mode"], m["rounds"], m["owners_s"], m["exchange_s"],
-                                   m["compress_s"], m["io_s"], m["total_s"], m["stored_bytes"], rep["raw_bytes"],
-                                   faults + int(not rep["contiguous"]["equals_fields"]),
-                                   rep["contiguous"]["write_s"]))
+            out.append(
+                WriteRecord(
+                    p=p,
+                    n_vars=n,
+                    seed=seed,
+                    mode=m["mode"],
+                    rounds=m["rounds"],
+                    owners_s=m["owners_s"],
+                    exchange_s=m["exchange_s"],
+                    compress_s=m["compress_s"],
+                    io_s=m["io_s"],
+                    total_s=m["total_s"],
+                    stored_bytes=m["stored_bytes"],
+                    raw_bytes=rep["raw_bytes"],
+                    faults=faults + int(not rep["contiguous"]["equals_fields"]),
+                    contiguous_s=rep["contiguous"]["write_s"],
+                )
+            )
     return out
 
 
@@ -157,9 +188,16 @@ def breakdown_figure(records: list[WriteRecord]) -> plt.Figure:
             rows = sub[sub["mode"] == mode].set_index("n_vars").loc[ns]
             bottom = np.zeros(len(ns))
             for k, ph in enumerate(PHASES):
-                ax.bar(x + (j - 0.5) * 0.4, rows[ph].to_numpy(), 0.38, bottom=bottom, color=colors[k],
-                       hatch="//" if mode == AGGREGATED else None, edgecolor="white",
-                       label=f"{ph[:-2]}" if j == 0 else None)
+                ax.bar(
+                    x + (j - 0.5) * 0.4,
+                    rows[ph].to_numpy(),
+                    0.38,
+                    bottom=bottom,
+                    color=colors[k],
+                    hatch="//" if mode == AGGREGATED else None,
+                    edgecolor="white",
+                    label=f"{ph[:-2]}" if j == 0 else None,
+                )
                 bottom += rows[ph].to_numpy()
         cont = sub[sub["mode"] == AGGREGATED].set_index("n_vars").loc[ns].contiguous_s
         ax.plot(x, cont.to_numpy(), "k_", ms=30, mew=2, label="uncompressed contiguous")

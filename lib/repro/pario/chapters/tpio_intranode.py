@@ -31,7 +31,7 @@ from repro.pario.tam_model import NodeConstants, layer2_loads, plain_loads, simu
 PLAIN = "two-phase"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExactConfig:
     """The real-MPI runs.
 
@@ -57,7 +57,7 @@ class ExactConfig:
     repeats: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExactRecord:
     """One TAM write on real MPI, with MPI's own all-rank write of the same requests beside it."""
 
@@ -85,14 +85,27 @@ def exact_runs(cfg: ExactConfig, seeds: list[int], timeout: float = 300.0) -> li
     out = []
     for run in launch_irregular(cfg.ranks, seeds, cfg.file_bytes, cfg.mean_run, job, timeout):
         for t in run.report["tam"]:
-            out.append(ExactRecord(run.p, run.seed, t["per_node"], t["nodes"], t["participants"], t["layer1_messages"],
-                                   t["layer1_bytes"], t["pieces_in"], t["pieces_out"],
-                                   bool(t["identical_to_mpi"] and t["equals_pattern"]), bool(t["read_back_ok"]),
-                                   t["total_s"], run.report["mpi"]["write_s"]))
+            out.append(
+                ExactRecord(
+                    p=run.p,
+                    seed=run.seed,
+                    per_node=t["per_node"],
+                    nodes=t["nodes"],
+                    participants=t["participants"],
+                    layer1_messages=t["layer1_messages"],
+                    layer1_bytes=t["layer1_bytes"],
+                    pieces_in=t["pieces_in"],
+                    pieces_out=t["pieces_out"],
+                    identical_to_mpi=bool(t["identical_to_mpi"] and t["equals_pattern"]),
+                    read_back_ok=bool(t["read_back_ok"]),
+                    tam_s=t["total_s"],
+                    mpi_write_s=run.report["mpi"]["write_s"],
+                )
+            )
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScaleConfig:
     """Pattern, platform and model constants at scale.
 
@@ -147,22 +160,23 @@ def model_runs(cfg: ScaleConfig, seeds: list[int]) -> pd.DataFrame:
         for seed in seeds:
             pat = irregular_pattern(p, ppn, cfg.bytes_per_rank, cfg.mean_run, seed)
             plain = plain_loads(pat)
-            layouts = {k: IntraNodeLayout(p, ppn, k) for k in cfg.model_per_node}
+            layouts = {k: IntraNodeLayout(p=p, ranks_per_node=ppn, per_node=k) for k in cfg.model_per_node}
             inter = {k: layer2_loads(pat, lay) for k, lay in layouts.items()}
             for o0 in o0s:
                 for o1 in o1s:
-                    m = EndpointModel(cfg.model.alpha, cfg.model.bandwidth, o0, o1)
+                    m = EndpointModel(alpha=cfg.model.alpha, bandwidth=cfg.model.bandwidth, o0=o0, o1=o1)
                     base = dict(nodes=nodes, p=p, seed=seed, o0=o0, o1=o1)
                     t = plain.time(m)
                     rows.append(base | dict(method=PLAIN, per_node=ppn, layer1_s=0.0, layer2_s=t, total_s=t))
                     for k in cfg.model_per_node:
                         tt = tam_time(pat, layouts[k], m, cfg.node, inter[k])
-                        rows.append(base | dict(method=f"TAM k={k}", per_node=k, layer1_s=tt.layer1,
-                                                layer2_s=tt.layer2, total_s=tt.total))
+                        rows.append(
+                            base | dict(method=f"TAM k={k}", per_node=k, layer1_s=tt.layer1, layer2_s=tt.layer2, total_s=tt.total)
+                        )
     return pd.DataFrame(rows)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimRecord:
     """The inter-node exchange simulated by SimGrid: plain two-phase (``per_node = ppn``) or TAM's layer 2."""
 
@@ -185,11 +199,23 @@ def simgrid_runs(cfg: ScaleConfig, seeds: list[int]) -> list[SimRecord]:
         pat = irregular_pattern(nodes * ppn, ppn, cfg.bytes_per_rank, cfg.mean_run, seed)
         if k is None:
             sim = simulate_kernel(pat, UNORDERED_TEXT, platforms[nodes])
-            out.append(SimRecord(nodes, seed, PLAIN, ppn, sim.time, pat.p, sim.wall_s))
+            out.append(
+                SimRecord(nodes=nodes, seed=seed, method=PLAIN, per_node=ppn, sim_s=sim.time, senders=pat.p, wall_s=sim.wall_s)
+            )
         else:
-            layout = IntraNodeLayout(pat.p, ppn, k)
+            layout = IntraNodeLayout(p=pat.p, ranks_per_node=ppn, per_node=k)
             sim = simulate_layer2(pat, layout, platforms[nodes])
-            out.append(SimRecord(nodes, seed, f"TAM k={k}", k, sim.time, len(layout.inas()), sim.wall_s))
+            out.append(
+                SimRecord(
+                    nodes=nodes,
+                    seed=seed,
+                    method=f"TAM k={k}",
+                    per_node=k,
+                    sim_s=sim.time,
+                    senders=len(layout.inas()),
+                    wall_s=sim.wall_s,
+                )
+            )
     return out
 
 
@@ -198,12 +224,19 @@ def tam_speedup(times: pd.DataFrame, column: str) -> pd.DataFrame:
 
     ``times`` holds ``method`` and ``column`` plus any of ``nodes, seed, o0, o1``.
     """
-    return best_speedup(times, keys=("nodes", "seed", "o0", "o1"), label="method", baseline=PLAIN,
-                        is_candidate=lambda methods: methods != PLAIN, column=column)
+    return best_speedup(
+        times,
+        keys=("nodes", "seed", "o0", "o1"),
+        label="method",
+        baseline=PLAIN,
+        is_candidate=lambda methods: methods != PLAIN,
+        column=column,
+    )
 
 
-def claims(exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame, cfg: ScaleConfig,
-           seeds: list[int]) -> dict[str, list[float]]:
+def claims(
+    exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame, cfg: ScaleConfig, seeds: list[int]
+) -> dict[str, list[float]]:
     """Per-seed values of every claim of the chapter (see its registry file)."""
     n_model, n_sim = max(cfg.model_nodes), max(cfg.sim_nodes)
     stated = sweep[(sweep.nodes == n_model) & (sweep.o0 == cfg.model.o0) & (sweep.o1 == cfg.model.o1)]
@@ -213,10 +246,8 @@ def claims(exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame,
     return {
         "tam_comm_speedup": [float(model_sp[model_sp.seed == s].speedup.iloc[0]) for s in seeds],
         "tam_flow_speedup": [float(sim_sp[sim_sp.seed == s].speedup.iloc[0]) for s in seeds],
-        "files_identical": [float(sum(not (r.identical_to_mpi and r.read_back_ok) for r in exact if r.seed == s))
-                            for s in seeds],
-        "participants": [float(max(abs(r.participants - r.nodes * r.per_node) for r in exact if r.seed == s))
-                         for s in seeds],
+        "files_identical": [float(sum(not (r.identical_to_mpi and r.read_back_ok) for r in exact if r.seed == s)) for s in seeds],
+        "participants": [float(max(abs(r.participants - r.nodes * r.per_node) for r in exact if r.seed == s)) for s in seeds],
     }
 
 
@@ -226,10 +257,14 @@ def scaling_figure(sweep: pd.DataFrame, cfg: ScaleConfig) -> plt.Figure:
     mean = stated.groupby(["method", "per_node", "p"])[["layer1_s", "layer2_s", "total_s"]].mean().reset_index()
     fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(11, 4))
     for (method, _), grp in mean.groupby(["method", "per_node"], sort=False):
-        ax_l.plot(grp.p, grp.total_s * 1e3, marker="o", label=method,
-                  **({"color": "k", "lw": 2} if method == PLAIN else {}))
-    ax_l.set(xscale="log", yscale="log", xlabel="processes", ylabel="communication time, ms (model)",
-             title=f"o0 = {cfg.model.o0 * 1e9:g} ns, o1 = {cfg.model.o1 * 1e9:g} ns")
+        ax_l.plot(grp.p, grp.total_s * 1e3, marker="o", label=method, **({"color": "k", "lw": 2} if method == PLAIN else {}))
+    ax_l.set(
+        xscale="log",
+        yscale="log",
+        xlabel="processes",
+        ylabel="communication time, ms (model)",
+        title=f"o0 = {cfg.model.o0 * 1e9:g} ns, o1 = {cfg.model.o1 * 1e9:g} ns",
+    )
     ax_l.legend(fontsize=7)
     top = mean[mean.p == mean.p.max()].sort_values("per_node")
     x = np.arange(len(top))
@@ -250,8 +285,13 @@ def overhead_sweep_figure(sweep: pd.DataFrame) -> plt.Figure:
     stats = sp.groupby(["o0", "o1"]).speedup.agg(["mean", "std"]).reset_index()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     speedup_against_queue_cost(ax, stats, "o0", lambda o0: f"o0 = {o0 * 1e9:g} ns")
-    ax.set(xscale="log", yscale="log", xlabel="queue-search cost o1, ns (dotted: o1 = 0)",
-           ylabel="two-phase time / best TAM time", title=f"{int(top.p.max())} processes, model")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="queue-search cost o1, ns (dotted: o1 = 0)",
+        ylabel="two-phase time / best TAM time",
+        title=f"{int(top.p.max())} processes, model",
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

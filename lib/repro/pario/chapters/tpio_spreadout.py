@@ -34,10 +34,10 @@ from repro.pario.kernels import EndpointModel, KernelSpec, round_loads, round_ta
 from repro.pario.mpi_worker import launch_irregular
 from repro.pario.twophase import exchange_plan
 
-UNORDERED = KernelSpec("unordered")
+UNORDERED = KernelSpec(name="unordered")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExactConfig:
     """The real-MPI runs.
 
@@ -69,7 +69,7 @@ class ExactConfig:
         return max(1, -(-p // self.ranks_per_aggregator))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExactRecord:
     """One kernel's two-phase write in one real-MPI run.
 
@@ -102,10 +102,23 @@ def exact_runs(cfg: ExactConfig, seeds: list[int], timeout: float = 300.0) -> li
         for text, row in zip(cfg.kernels, run.report["writes"]):
             sends, recvs = round_table(text, plan.counts, plan.aggregators).outstanding()
             posted = int(max(sends.max(initial=0), recvs.max(initial=0)))
-            out.append(ExactRecord(run.p, run.seed, row["kernel"], row["window"], bool(row["identical_to_mpi"]),
-                                   bool(row["equals_pattern"]), bool(row["read_back_ok"]), row["rounds"],
-                                   row["messages"], posted, row["exchange_s"], row["total_s"],
-                                   run.report["mpi"]["write_s"]))
+            out.append(
+                ExactRecord(
+                    p=run.p,
+                    seed=run.seed,
+                    kernel=row["kernel"],
+                    window=row["window"],
+                    identical_to_mpi=bool(row["identical_to_mpi"]),
+                    equals_pattern=bool(row["equals_pattern"]),
+                    read_back_ok=bool(row["read_back_ok"]),
+                    rounds=row["rounds"],
+                    messages=row["messages"],
+                    max_posted=posted,
+                    exchange_s=row["exchange_s"],
+                    total_s=row["total_s"],
+                    mpi_write_s=run.report["mpi"]["write_s"],
+                )
+            )
     return out
 
 
@@ -116,7 +129,7 @@ def exact_frame(records: list[ExactRecord]) -> pd.DataFrame:
     return df
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScaleConfig:
     """The paper-scale pattern and the models' constants.
 
@@ -158,10 +171,10 @@ class ScaleConfig:
         A window of ``p`` or more puts every message in one round: it is the
         unordered kernel again, so it is left out.
         """
-        return [UNORDERED] + [KernelSpec(n, w) for n in ("scattered", "balanced") for w in self.windows if w < p]
+        return [UNORDERED] + [KernelSpec(name=n, window=w) for n in ("scattered", "balanced") for w in self.windows if w < p]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimRecord:
     """One SimGrid point with the endpoint model's time (``o1 = 0``) on the same pattern."""
 
@@ -177,7 +190,7 @@ class SimRecord:
 
 def simgrid_runs(cfg: ScaleConfig, seeds: list[int]) -> list[SimRecord]:
     """Simulate every kernel at every SimGrid rank count and seed (within the ``sim_max_flows`` budget)."""
-    flat = EndpointModel(cfg.model.alpha, cfg.platform.bandwidth, cfg.model.o0, 0.0)
+    flat = EndpointModel(alpha=cfg.model.alpha, bandwidth=cfg.platform.bandwidth, o0=cfg.model.o0, o1=0.0)
     out = []
     points = [(p, s, k) for p in cfg.sim_ranks for s in seeds for k in cfg.kernels(p)]
     platforms: dict[int, Platform] = {}
@@ -193,12 +206,24 @@ def simgrid_runs(cfg: ScaleConfig, seeds: list[int]) -> list[SimRecord]:
             platforms[p] = platform_for(p, cfg.sim_ranks_per_node, cfg.platform)
         sim = simulate_kernel(pat, kernel, platforms[p])
         model = round_loads(table, pat.counts).time(flat)
-        out.append(SimRecord(p, seed, kernel.label, sim.time, model, sim.rounds, sim.messages, sim.wall_s))
+        out.append(
+            SimRecord(
+                p=p,
+                seed=seed,
+                kernel=kernel.label,
+                sim_s=sim.time,
+                model_s=model,
+                rounds=sim.rounds,
+                messages=sim.messages,
+                wall_s=sim.wall_s,
+            )
+        )
     return out
 
 
 def flow_model_ranks(sims: list[SimRecord], seeds: list[int]) -> int:
     """Largest simulated rank count at which the unordered and a balanced kernel ran for every seed."""
+
     def ran(p: int, prefix: str) -> bool:
         return {r.seed for r in sims if r.p == p and r.kernel.startswith(prefix)} >= set(seeds)
 
@@ -224,7 +249,7 @@ def model_runs(cfg: ScaleConfig, seeds: list[int]) -> pd.DataFrame:
             for kernel in cfg.kernels(p):
                 loads = round_loads(round_table(kernel, pat.counts, pat.aggregators), pat.counts)
                 for o1 in costs:
-                    m = EndpointModel(cfg.model.alpha, cfg.model.bandwidth, cfg.model.o0, o1)
+                    m = EndpointModel(alpha=cfg.model.alpha, bandwidth=cfg.model.bandwidth, o0=cfg.model.o0, o1=o1)
                     rows.append({"p": p, "seed": seed, "kernel": kernel.label, "o1": o1, "time_s": loads.time(m)})
     return pd.DataFrame(rows)
 
@@ -235,8 +260,14 @@ def best_spreadout_speedup(times: pd.DataFrame) -> pd.DataFrame:
     ``times`` has columns ``p, seed, kernel`` and ``time_s``; the result has
     the grouping columns, ``best`` (the winning window's label) and ``speedup``.
     """
-    return best_speedup(times, keys=("p", "seed", "o1", "alpha"), label="kernel", baseline=UNORDERED.label,
-                        is_candidate=lambda kernels: kernels.str.startswith("balanced"), column="time_s")
+    return best_speedup(
+        times,
+        keys=("p", "seed", "o1", "alpha"),
+        label="kernel",
+        baseline=UNORDERED.label,
+        is_candidate=lambda kernels: kernels.str.startswith("balanced"),
+        column="time_s",
+    )
 
 
 def alpha_sweep(cfg: ScaleConfig, sims: list[SimRecord], seeds: list[int], alphas: list[float]) -> pd.DataFrame:
@@ -253,8 +284,11 @@ def alpha_sweep(cfg: ScaleConfig, sims: list[SimRecord], seeds: list[int], alpha
     p = flow_model_ranks(sims, seeds)
     stated = pd.DataFrame([{"p": r.p, "seed": r.seed, "kernel": r.kernel, "time_s": r.sim_s} for r in sims if r.p == p])
     best = best_spreadout_speedup(stated).set_index("seed").best
-    rows = [dict(row, alpha=cfg.platform.alpha) for row in stated.to_dict("records")
-            if row["kernel"] in (UNORDERED.label, best[row["seed"]])]
+    rows = [
+        dict(row, alpha=cfg.platform.alpha)
+        for row in stated.to_dict("records")
+        if row["kernel"] in (UNORDERED.label, best[row["seed"]])
+    ]
     others = sorted(set(alphas) - {cfg.platform.alpha})
     points = [(a, s, k) for a in others for s in seeds for k in (UNORDERED.label, best[s])]
     specs = {k.label: k for k in cfg.kernels(p)}
@@ -276,8 +310,9 @@ def alpha_figure(sweep: pd.DataFrame, stated: float, null: float) -> plt.Figure:
     """SimGrid's unordered over best balanced(W) time against the per-message start-up ``alpha``."""
     stats = best_spreadout_speedup(sweep).groupby("alpha").speedup.agg(["mean", "std"]).reset_index()
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    ax.errorbar(stats.alpha * 1e6, stats["mean"], yerr=stats["std"].fillna(0), marker="o",
-                label=f"SimGrid, P = {int(sweep.p.iloc[0])}")
+    ax.errorbar(
+        stats.alpha * 1e6, stats["mean"], yerr=stats["std"].fillna(0), marker="o", label=f"SimGrid, P = {int(sweep.p.iloc[0])}"
+    )
     ax.axhline(null, color="k", lw=1, label="null (5% gain)")
     ax.axvline(stated * 1e6, color="tab:gray", ls=":", label="stated alpha")
     ax.set(xscale="symlog", xlabel="per-message start-up alpha, us (symlog)", ylabel="unordered time / best balanced(W) time")
@@ -293,8 +328,9 @@ def flip_cost(sweep: pd.DataFrame, p: int) -> float | None:
     return float(above.index.min()) if len(above) else None
 
 
-def claims(exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame, cfg: ScaleConfig,
-           seeds: list[int]) -> dict[str, list[float]]:
+def claims(
+    exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame, cfg: ScaleConfig, seeds: list[int]
+) -> dict[str, list[float]]:
     """Per-seed values of every claim of the chapter (see its registry file)."""
     p_model, p_sim = max(cfg.model_ranks), flow_model_ranks(sims, seeds)
     at_cost = best_spreadout_speedup(sweep[(sweep.p == p_model) & (sweep.o1 == cfg.model.o1)])
@@ -304,10 +340,11 @@ def claims(exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame,
     return {
         "spreadout_speedup": [float(at_cost[at_cost.seed == s].speedup.iloc[0]) for s in seeds],
         "flow_model_speedup": [float(sim_speed[sim_speed.seed == s].speedup.iloc[0]) for s in seeds],
-        "files_identical": [float(sum(not (r.identical_to_mpi and r.equals_pattern and r.read_back_ok)
-                                      for r in exact if r.seed == s)) for s in seeds],
-        "window_bound": [float(max((r.max_posted - r.window for r in windowed if r.seed == s), default=0))
-                         for s in seeds],
+        "files_identical": [
+            float(sum(not (r.identical_to_mpi and r.equals_pattern and r.read_back_ok) for r in exact if r.seed == s))
+            for s in seeds
+        ],
+        "window_bound": [float(max((r.max_posted - r.window for r in windowed if r.seed == s), default=0)) for s in seeds],
     }
 
 
@@ -317,8 +354,7 @@ KERNEL_STYLE = {"unordered": dict(color="k", marker="o")}
 def _style(label: str) -> dict:
     if label in KERNEL_STYLE:
         return KERNEL_STYLE[label]
-    return dict(marker="s" if label.startswith("balanced") else "^",
-                ls="-" if label.startswith("balanced") else ":")
+    return dict(marker="s" if label.startswith("balanced") else "^", ls="-" if label.startswith("balanced") else ":")
 
 
 def scaling_figure(sweep: pd.DataFrame, sims: list[SimRecord], o1: float) -> plt.Figure:
@@ -327,17 +363,26 @@ def scaling_figure(sweep: pd.DataFrame, sims: list[SimRecord], o1: float) -> plt
     mean = sweep[sweep.o1 == o1].groupby(["kernel", "p"]).time_s.mean().reset_index()
     for kernel, grp in mean.groupby("kernel", sort=False):
         ax_m.plot(grp.p, grp.time_s * 1e3, label=kernel, **_style(kernel))
-    ax_m.set(xscale="log", yscale="log", xlabel="ranks P", ylabel="exchange time, ms (model)",
-             title=f"endpoint model, queue cost o1 = {o1 * 1e9:g} ns")
+    ax_m.set(
+        xscale="log",
+        yscale="log",
+        xlabel="ranks P",
+        ylabel="exchange time, ms (model)",
+        title=f"endpoint model, queue cost o1 = {o1 * 1e9:g} ns",
+    )
     ax_m.legend(fontsize=7)
     sim = pd.DataFrame([r.__dict__ for r in sims]).groupby(["kernel", "p"])[["sim_s", "model_s"]].mean().reset_index()
     for kernel, grp in sim.groupby("kernel", sort=False):
         st = _style(kernel)
-        line, = ax_s.plot(grp.p, grp.sim_s * 1e3, label=f"{kernel} (SimGrid)", **st)
-        ax_s.plot(grp.p, grp.model_s * 1e3, color=line.get_color(), marker=st["marker"], ls="none", mfc="none",
-                  ms=10)
-    ax_s.set(xscale="log", yscale="log", xlabel="ranks P", ylabel="exchange time, ms",
-             title="SimGrid Dragonfly (lines) and model with o1 = 0 (hollow)")
+        (line,) = ax_s.plot(grp.p, grp.sim_s * 1e3, label=f"{kernel} (SimGrid)", **st)
+        ax_s.plot(grp.p, grp.model_s * 1e3, color=line.get_color(), marker=st["marker"], ls="none", mfc="none", ms=10)
+    ax_s.set(
+        xscale="log",
+        yscale="log",
+        xlabel="ranks P",
+        ylabel="exchange time, ms",
+        title="SimGrid Dragonfly (lines) and model with o1 = 0 (hollow)",
+    )
     ax_s.legend(fontsize=6)
     fig.tight_layout()
     return fig
@@ -350,8 +395,12 @@ def queue_sweep_figure(sweep: pd.DataFrame, paper_value: float) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     speedup_against_queue_cost(ax, stats, "p", lambda p: f"P = {p}")
     ax.axhline(paper_value, color="tab:red", ls="--", label="paper (end-to-end, up to)")
-    ax.set(xscale="log", yscale="log", xlabel="queue-search cost o1 per message and posted receive, ns",
-           ylabel="unordered time / best balanced(W) time")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="queue-search cost o1 per message and posted receive, ns",
+        ylabel="unordered time / best balanced(W) time",
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -32,7 +32,7 @@ from repro.training.launcher import launch
 from repro.training.simulator import ReplicaBank, SGDConfig, Topology, evaluate, make_optimizer, run_grouped, train_step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchSetup:
     """Model, optimiser and schedule settings shared by the arms."""
 
@@ -50,7 +50,7 @@ class BatchSetup:
     alphas: tuple[float, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Arm:
     """A named batch schedule."""
 
@@ -62,22 +62,45 @@ class Arm:
 def arms(s: BatchSetup) -> list[Arm]:
     """Fixed small / medium / large batches and the adaptive schedules (interval per alpha, plateau)."""
     def fixed(b: int) -> BatchSchedule:
-        return BatchSchedule(b, b, s.initial_lr * b / s.initial_batch)
+        return BatchSchedule(initial_batch=b, max_batch=b, initial_lr=s.initial_lr * b / s.initial_batch)
 
-    out = [Arm(f"fixed {s.initial_batch}", fixed(s.initial_batch)),
-           Arm(f"fixed {s.medium_batch}", fixed(s.medium_batch), start_lr=s.initial_lr),
-           Arm(f"fixed {s.max_batch}", fixed(s.max_batch), start_lr=s.initial_lr)]
+    out = [Arm(name=f"fixed {s.initial_batch}", schedule=fixed(s.initial_batch)),
+           Arm(name=f"fixed {s.medium_batch}", schedule=fixed(s.medium_batch), start_lr=s.initial_lr),
+           Arm(name=f"fixed {s.max_batch}", schedule=fixed(s.max_batch), start_lr=s.initial_lr)]
     for a in s.alphas:
-        out.append(Arm(f"adaptive interval, alpha={a:g}",
-                       BatchSchedule(s.initial_batch, s.max_batch, s.initial_lr, a, "interval", s.interval,
-                                     warmup_steps=s.warmup_steps)))
-    out.append(Arm(f"adaptive plateau, alpha={s.alphas[0]:g}",
-                   BatchSchedule(s.initial_batch, s.max_batch, s.initial_lr, s.alphas[0], "plateau",
-                                 window=s.window, delta=s.delta, warmup_steps=s.warmup_steps)))
+        out.append(
+            Arm(
+                name=f"adaptive interval, alpha={a:g}",
+                schedule=BatchSchedule(
+                    initial_batch=s.initial_batch,
+                    max_batch=s.max_batch,
+                    initial_lr=s.initial_lr,
+                    alpha=a,
+                    trigger="interval",
+                    interval=s.interval,
+                    warmup_steps=s.warmup_steps,
+                ),
+            )
+        )
+    out.append(
+        Arm(
+            name=f"adaptive plateau, alpha={s.alphas[0]:g}",
+            schedule=BatchSchedule(
+                initial_batch=s.initial_batch,
+                max_batch=s.max_batch,
+                initial_lr=s.initial_lr,
+                alpha=s.alphas[0],
+                trigger="plateau",
+                window=s.window,
+                delta=s.delta,
+                warmup_steps=s.warmup_steps,
+            ),
+        )
+    )
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ArmJob:
     """One arm on one seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
 
@@ -87,7 +110,7 @@ class ArmJob:
     device: str = "cpu"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ArmRun:
     """An arm's outcome: accuracy per epoch, batch per epoch and optimiser steps."""
 
@@ -117,9 +140,9 @@ def run_arm(job: ArmJob) -> ArmRun:
     train, test = _digits(job.seed)
     dev = resolve_device(job.device)
     xs, ys = train.x.to(dev), train.y.to(dev)
-    spec = ModelSpec(train.x.shape[1], s.hidden, 10, batch_norm=False, seed=job.seed)
-    bank = ReplicaBank(spec.build(), Topology(1, 1)).to(dev)
-    opt = make_optimizer(bank, SGDConfig(arm.schedule.initial_lr, s.momentum))
+    spec = ModelSpec(in_features=train.x.shape[1], hidden=s.hidden, num_classes=10, batch_norm=False, seed=job.seed)
+    bank = ReplicaBank(spec.build(), Topology(num_groups=1, group_size=1)).to(dev)
+    opt = make_optimizer(bank, SGDConfig(lr=arm.schedule.initial_lr, momentum=s.momentum))
     ctl = BatchController(arm.schedule)
     gen = torch.Generator().manual_seed(job.seed)
     n = len(train)
@@ -137,12 +160,20 @@ def run_arm(job: ArmJob) -> ArmRun:
             steps += 1
         ctl.end_epoch(e, float(np.mean(losses)))
         acc.append(evaluate(bank, test.x, test.y)[0])
-    return ArmRun(arm.name, job.seed, tuple(acc), tuple(batches), steps, n, 4 * sum(p[0].numel() for p in bank.weights))
+    return ArmRun(
+        arm=arm.name,
+        seed=job.seed,
+        accuracy=tuple(acc),
+        batch_per_epoch=tuple(batches),
+        steps=steps,
+        n_train=n,
+        model_bytes=4 * sum(p[0].numel() for p in bank.weights),
+    )
 
 
 def sweep(setup: BatchSetup, seeds: list[int], workers: int = 1, device: str = "cpu") -> list[ArmRun]:
     """Every arm on every seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
-    jobs = [ArmJob(setup, a, sd, device) for a in arms(setup) for sd in seeds]
+    jobs = [ArmJob(setup=setup, arm=a, seed=sd, device=device) for a in arms(setup) for sd in seeds]
     return parallel_map(run_arm, jobs, workers=workers, desc="arms")
 
 
@@ -162,11 +193,11 @@ def ddp_check(setup: BatchSetup, batch: int, steps: int, seed: int = 0) -> float
     rng = np.random.default_rng(seed)
     plan = np.stack([rng.permutation(len(train))[:batch] for _ in range(steps)]).reshape(steps, 1, 2, batch // 2)
     lrs = np.full(steps, setup.initial_lr * batch / setup.initial_batch)
-    spec = ModelSpec(train.x.shape[1], setup.hidden, 10, batch_norm=False, seed=seed)
-    sgd = SGDConfig(float(lrs[0]), setup.momentum)
-    job = GroupedJob(train.x.numpy(), train.y.numpy(), spec, sgd, plan, lrs, tau=1)
+    spec = ModelSpec(in_features=train.x.shape[1], hidden=setup.hidden, num_classes=10, batch_norm=False, seed=seed)
+    sgd = SGDConfig(lr=float(lrs[0]), momentum=setup.momentum)
+    job = GroupedJob(x=train.x.numpy(), y=train.y.numpy(), model=spec, sgd=sgd, plan=plan, lrs=lrs, tau=1)
     reports = launch(grouped_sgd_rank, 2, (job,), group_size=2, timeout_s=300)
-    bank = ReplicaBank(spec.build(), Topology(1, 1))
+    bank = ReplicaBank(spec.build(), Topology(num_groups=1, group_size=1))
     run_grouped(bank, make_optimizer(bank, sgd), train.x, train.y, plan.reshape(steps, 1, 1, batch), lrs, tau=1)
     return max(float(np.max(np.abs(a - b))) for rep in reports for a, b in zip(bank.group_state(0), rep.params))
 
@@ -175,8 +206,9 @@ def _final(runs: list[ArmRun], name: str) -> dict[int, float]:
     return {r.seed: r.final_accuracy for r in runs if r.arm == name}
 
 
-def claims(runs: list[ArmRun], setup: BatchSetup, local_batch: int, sample_seconds: float, net: Network,
-           ddp_diff: float) -> dict[str, list[float]]:
+def claims(
+    runs: list[ArmRun], setup: BatchSetup, local_batch: int, sample_seconds: float, net: Network, ddp_diff: float
+) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims (adaptive = the interval schedule with the first alpha)."""
     small, large = f"fixed {setup.initial_batch}", f"fixed {setup.max_batch}"
     adaptive = f"adaptive interval, alpha={setup.alphas[0]:g}"
@@ -188,8 +220,11 @@ def claims(runs: list[ArmRun], setup: BatchSetup, local_batch: int, sample_secon
         "adaptive_vs_small": [a_small[s] - a_ad[s] for s in seeds],
         "adaptive_closer": [a_ad[s] - a_large[s] for s in seeds],
         "step_reduction": [100.0 * (1 - by[(adaptive, s)].steps / by[(small, s)].steps) for s in seeds],
-        "modelled_speedup": [modelled_time(by[(small, s)], local_batch, sample_seconds, net)
-                             / modelled_time(by[(adaptive, s)], local_batch, sample_seconds, net) for s in seeds],
+        "modelled_speedup": [
+            modelled_time(by[(small, s)], local_batch, sample_seconds, net)
+            / modelled_time(by[(adaptive, s)], local_batch, sample_seconds, net)
+            for s in seeds
+        ],
         "ddp_equivalence": [ddp_diff],
     }
 
@@ -202,10 +237,16 @@ def summary(runs: list[ArmRun], local_batch: int, sample_seconds: float, net: Ne
     for name in names:
         sel = [r for r in runs if r.arm == name]
         acc = np.array([r.final_accuracy for r in sel])
-        rows.append({"arm": name, "test accuracy (%)": acc.mean(), "sd": acc.std(ddof=1) if len(acc) > 1 else 0.0,
-                     "optimiser steps": np.mean([r.steps for r in sel]), "final batch": sel[0].batch_per_epoch[-1],
-                     "modelled speedup": np.mean([ref[r.seed] / modelled_time(r, local_batch, sample_seconds, net)
-                                                  for r in sel])})
+        rows.append(
+            {
+                "arm": name,
+                "test accuracy (%)": acc.mean(),
+                "sd": acc.std(ddof=1) if len(acc) > 1 else 0.0,
+                "optimiser steps": np.mean([r.steps for r in sel]),
+                "final batch": sel[0].batch_per_epoch[-1],
+                "modelled speedup": np.mean([ref[r.seed] / modelled_time(r, local_batch, sample_seconds, net) for r in sel]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -230,16 +271,19 @@ def curves_figure(runs: list[ArmRun]) -> plt.Figure:
     return fig
 
 
-def speedup_figure(runs: list[ArmRun], setup: BatchSetup, local_batch: int, sample_seconds_sweep: list[float],
-                   net: Network) -> plt.Figure:
+def speedup_figure(
+    runs: list[ArmRun], setup: BatchSetup, local_batch: int, sample_seconds_sweep: list[float], net: Network
+) -> plt.Figure:
     """Modelled speedup over the small fixed batch against the compute time per sample (the deciding constant)."""
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     names = list(dict.fromkeys(r.arm for r in runs))
     small = {r.seed: r for r in runs if r.arm == names[0]}
     for i, name in enumerate(names[1:], start=1):
         sel = [r for r in runs if r.arm == name]
-        sp = [np.mean([modelled_time(small[r.seed], local_batch, c, net) / modelled_time(r, local_batch, c, net)
-                       for r in sel]) for c in sample_seconds_sweep]
+        sp = [
+            np.mean([modelled_time(small[r.seed], local_batch, c, net) / modelled_time(r, local_batch, c, net) for r in sel])
+            for c in sample_seconds_sweep
+        ]
         ax.plot(np.array(sample_seconds_sweep) * 1e3, sp, marker=".", color=f"C{i}", label=name)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")

@@ -36,7 +36,7 @@ SPARSE = {"GEM": ("ratio", "entropy"), "GEM, uniform budget": ("ratio", "uniform
 METHODS = ("full FT", *SPARSE, "LoRA", "BitFit")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Split:
     """Train and test tensors."""
 
@@ -64,8 +64,10 @@ def digits_tasks(seed: int) -> tuple[Split, Split]:
     """The clean pre-training task and the shifted downstream task on the same split."""
     d = load_digits(test_fraction=DIGITS_TEST, seed=seed)
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
-    clean = Split(t(d.x_train), t(d.y_train), t(d.x_test), t(d.y_test))
-    shifted = Split(t(shift(d.x_train, seed)), t(d.y_train), t(shift(d.x_test, seed + 1)), t(d.y_test))
+    clean = Split(x_train=t(d.x_train), y_train=t(d.y_train), x_test=t(d.x_test), y_test=t(d.y_test))
+    shifted = Split(
+        x_train=t(shift(d.x_train, seed)), y_train=t(d.y_train), x_test=t(shift(d.x_test, seed + 1)), y_test=t(d.y_test)
+    )
     return clean, shifted
 
 
@@ -109,7 +111,7 @@ class FtSetup(FtSettings):
     pretrain_epochs: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FtJob:
     """One method at one budget on one seed (of either arm: ``setup`` is a :class:`FtSetup` or a :class:`TextSetup`)."""
 
@@ -119,7 +121,7 @@ class FtJob:
     seed: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FtResult:
     """Outcome of one fine-tuning run.
 
@@ -169,8 +171,10 @@ def _adapt(model: nn.Module, head: str, task: Split, job: FtJob) -> FtResult:
     loss_fn = nn.functional.cross_entropy
     masks: dict[str, torch.Tensor] = {}
     if method in SPARSE:
-        calib = [(task.x_train[i], task.y_train[i]) for i in
-                 torch.randperm(len(task.x_train), generator=gen)[: s.calibration_batches * batch_size].split(batch_size)]
+        calib = [
+            (task.x_train[i], task.y_train[i])
+            for i in torch.randperm(len(task.x_train), generator=gen)[: s.calibration_batches * batch_size].split(batch_size)
+        ]
         kind, alloc = SPARSE[method]
         grads = accumulate_gradients(model, loss_fn, calib, list(body)) if kind in ("ratio", "grad") else {}
         masks = build_masks(body, grads, kind, alloc, budget, seed=seed)
@@ -200,7 +204,15 @@ def _adapt(model: nn.Module, head: str, task: Split, job: FtJob) -> FtResult:
     acc = _accuracy(model, task)
     if method == "LoRA":
         n_train = sum(p.numel() for p in trainable)
-        return FtResult(method, budget_percent, seed, acc, n_train, float("nan"), float("nan"))
+        return FtResult(
+            method=method,
+            budget_percent=budget_percent,
+            seed=seed,
+            accuracy=acc,
+            trainable=n_train,
+            relative_change=float("nan"),
+            frozen_max_change=float("nan"),
+        )
     now = dict(model.named_parameters())
     changed, frozen_max = [], 0.0
     for n in body:
@@ -211,10 +223,17 @@ def _adapt(model: nn.Module, head: str, task: Split, job: FtJob) -> FtResult:
         if (~allowed).any():
             frozen_max = max(frozen_max, float(delta[~allowed].max()))
     n_head = sum(p.numel() for n, p in model.named_parameters() if n.startswith(head + "."))
-    n_train = (sum(int(m.sum()) for m in masks.values()) + n_head if masks else sum(p.numel() for p in trainable))
+    n_train = sum(int(m.sum()) for m in masks.values()) + n_head if masks else sum(p.numel() for p in trainable)
     cat = torch.cat(changed) if changed else torch.zeros(0)
-    return FtResult(method, budget_percent, seed, acc, n_train, float(cat.mean()) if cat.numel() else float("nan"),
-                    frozen_max)
+    return FtResult(
+        method=method,
+        budget_percent=budget_percent,
+        seed=seed,
+        accuracy=acc,
+        trainable=n_train,
+        relative_change=float(cat.mean()) if cat.numel() else float("nan"),
+        frozen_max_change=frozen_max,
+    )
 
 
 def fine_tune(job: FtJob) -> FtResult:
@@ -232,8 +251,8 @@ def sweep(setup: FtSetup, budgets: list[float], methods: list[str], seeds: list[
     jobs = []
     for seed in seeds:
         for m in methods:
-            for b in (budgets if m in SPARSE else budgets[:1]):
-                jobs.append(FtJob(setup, m, b, seed))
+            for b in budgets if m in SPARSE else budgets[:1]:
+                jobs.append(FtJob(setup=setup, method=m, budget_percent=b, seed=seed))
     return parallel_map(fine_tune, jobs, workers=workers, desc="gem runs")
 
 
@@ -251,8 +270,12 @@ class TextSetup(FtSettings):
 def text_task(setup: TextSetup, seed: int, tokenizer) -> Split:
     """The tokenised sentence task: ``setup.sentences`` training and a quarter as many test sentences."""
     train, test = templated_task(setup.sentences, max(setup.sentences // 4, N_CLASSES), seed)
-    return Split(encode(tokenizer, train.texts, setup.max_tokens), torch.from_numpy(train.labels),
-                 encode(tokenizer, test.texts, setup.max_tokens), torch.from_numpy(test.labels))
+    return Split(
+        x_train=encode(tokenizer, train.texts, setup.max_tokens),
+        y_train=torch.from_numpy(train.labels),
+        x_test=encode(tokenizer, test.texts, setup.max_tokens),
+        y_test=torch.from_numpy(test.labels),
+    )
 
 
 def text_fine_tune(job: FtJob) -> FtResult:
@@ -263,7 +286,7 @@ def text_fine_tune(job: FtJob) -> FtResult:
 
 def text_sweep(setup: TextSetup, budget: float, methods: list[str], seeds: list[int], workers: int = 1) -> list[FtResult]:
     """Every method on every seed of the MiniLM arm, sparse methods at ``budget`` percent of the encoder."""
-    jobs = [FtJob(setup, m, budget, seed) for seed in seeds for m in methods]
+    jobs = [FtJob(setup=setup, method=m, budget_percent=budget, seed=seed) for seed in seeds for m in methods]
     return parallel_map(text_fine_tune, jobs, workers=workers, desc="gem MiniLM runs")
 
 
@@ -271,8 +294,14 @@ def table(results: list[FtResult]) -> pd.DataFrame:
     """Accuracy (mean, sd), trainable share and relative change per method and budget."""
     df = pd.DataFrame([r.__dict__ for r in results])
     g = df.groupby(["method", "budget_percent"], sort=False)
-    return pd.DataFrame({"accuracy (%)": g.accuracy.mean(), "sd": g.accuracy.std(), "trainable entries": g.trainable.mean(),
-                         "mean |Δw|/|w0|": g.relative_change.mean()}).reset_index()
+    return pd.DataFrame(
+        {
+            "accuracy (%)": g.accuracy.mean(),
+            "sd": g.accuracy.std(),
+            "trainable entries": g.trainable.mean(),
+            "mean |Δw|/|w0|": g.relative_change.mean(),
+        }
+    ).reset_index()
 
 
 def gap_table(results: list[FtResult], reference: str = "full FT") -> pd.DataFrame:
@@ -283,8 +312,15 @@ def gap_table(results: list[FtResult], reference: str = "full FT") -> pd.DataFra
         if method == reference:
             continue
         gaps = [a - ref[s] for s, a in zip(group.seed, group.accuracy) if s in ref]
-        rows.append({"method": method, "budget_percent": budget, f"minus {reference} (points)": np.mean(gaps) if gaps else np.nan,
-                     "sd": np.std(gaps, ddof=1) if len(gaps) > 1 else np.nan, "seeds": len(gaps)})
+        rows.append(
+            {
+                "method": method,
+                "budget_percent": budget,
+                f"minus {reference} (points)": np.mean(gaps) if gaps else np.nan,
+                "sd": np.std(gaps, ddof=1) if len(gaps) > 1 else np.nan,
+                "seeds": len(gaps),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -317,15 +353,21 @@ def accuracy_figure(results: list[FtResult]) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(6.8, 4))
     for i, m in enumerate(dict.fromkeys(t.method)):
         sel = t[t.method == m]
-        ax.errorbar(100 * sel["trainable entries"] / total, sel["accuracy (%)"], yerr=sel["sd"].fillna(0), marker="o",
-                    color=f"C{i}", label=m, capsize=2)
+        ax.errorbar(
+            100 * sel["trainable entries"] / total,
+            sel["accuracy (%)"],
+            yerr=sel["sd"].fillna(0),
+            marker="o",
+            color=f"C{i}",
+            label=m,
+            capsize=2,
+        )
     ax.set_xscale("log")
     ax.set_xlabel("trainable entries (% of the model, head included)")
     ax.set_ylabel("test accuracy on shifted digits (%)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
-
 
 
 def text_accuracy_figure(results: list[FtResult]) -> plt.Figure:

@@ -32,7 +32,7 @@ from repro.training.launcher import launch
 from repro.training.simulator import ReplicaBank, SGDConfig, Topology, evaluate, make_optimizer, run_grouped, warmup_schedule
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalSGDSetup:
     """Data, model and optimiser of a sweep."""
 
@@ -48,7 +48,7 @@ class LocalSGDSetup:
     epochs: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalSGDJob:
     """One configuration: P workers in G groups, averaging period tau, seed, and the device it computes on."""
 
@@ -60,7 +60,7 @@ class LocalSGDJob:
     device: str = "cpu"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalSGDRun:
     """The outcome of one configuration.
 
@@ -115,23 +115,41 @@ def run_config(job: LocalSGDJob) -> LocalSGDRun:
     torch.set_num_threads(1)
     s = job.setup
     split = _data(s, job.seed)
-    topo = Topology(job.groups, job.workers // job.groups)
+    topo = Topology(num_groups=job.groups, group_size=job.workers // job.groups)
     plan = global_shuffle_plan(len(split.train), topo, s.batch_size, s.epochs, job.seed)
     steps_per_epoch = len(plan) // s.epochs
     lrs = warmup_schedule(s.lr_per_worker, topo.group_size, steps_per_epoch, s.epochs, warmup_epochs=1.0)
-    spec = ModelSpec(split.num_features, s.hidden, split.num_classes, batch_norm=False, seed=job.seed)
+    spec = ModelSpec(
+        in_features=split.num_features, hidden=s.hidden, num_classes=split.num_classes, batch_norm=False, seed=job.seed
+    )
     dev = resolve_device(job.device)
     bank = ReplicaBank(spec.build(), topo).to(dev)
     spreads: list[float] = []
-    run_grouped(bank, make_optimizer(bank, SGDConfig(s.lr_per_worker, s.momentum)), split.train.x.to(dev),
-                split.train.y.to(dev), plan, lrs, job.tau, before_average=lambda b: spreads.append(model_discrepancy(b)))
+    run_grouped(
+        bank,
+        make_optimizer(bank, SGDConfig(lr=s.lr_per_worker, momentum=s.momentum)),
+        split.train.x.to(dev),
+        split.train.y.to(dev),
+        plan,
+        lrs,
+        job.tau,
+        before_average=lambda b: spreads.append(model_discrepancy(b)),
+    )
     if topo.num_groups > 1:
         spreads.append(model_discrepancy(bank))
         bank.average_groups()
     acc, _ = evaluate(bank, split.test.x, split.test.y)
     nbytes = 4 * sum(p[0].numel() for p in bank.weights)
-    return LocalSGDRun(job.workers, job.groups, job.tau, job.seed, acc, float(np.mean(spreads)) if spreads else 0.0,
-                       len(plan), nbytes)
+    return LocalSGDRun(
+        workers=job.workers,
+        groups=job.groups,
+        tau=job.tau,
+        seed=job.seed,
+        accuracy=acc,
+        discrepancy=float(np.mean(spreads)) if spreads else 0.0,
+        steps=len(plan),
+        model_bytes=nbytes,
+    )
 
 
 def configurations(worker_counts: list[int], group_counts: list[int], taus: list[int]) -> list[tuple[int, int, int]]:
@@ -145,15 +163,25 @@ def configurations(worker_counts: list[int], group_counts: list[int], taus: list
     return out
 
 
-def sweep(setup: LocalSGDSetup, worker_counts: list[int], group_counts: list[int], taus: list[int],
-          seeds: list[int], workers: int = 1, device: str = "cpu") -> list[LocalSGDRun]:
+def sweep(
+    setup: LocalSGDSetup,
+    worker_counts: list[int],
+    group_counts: list[int],
+    taus: list[int],
+    seeds: list[int],
+    workers: int = 1,
+    device: str = "cpu",
+) -> list[LocalSGDRun]:
     """Every configuration on every seed, computed on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
-    jobs = [LocalSGDJob(setup, p, g, t, sd, device) for p, g, t in configurations(worker_counts, group_counts, taus)
-            for sd in seeds]
+    jobs = [
+        LocalSGDJob(setup=setup, workers=p, groups=g, tau=t, seed=sd, device=device)
+        for p, g, t in configurations(worker_counts, group_counts, taus)
+        for sd in seeds
+    ]
     return parallel_map(run_config, jobs, workers=workers, desc="configurations")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GlooCheck:
     """2 real gloo ranks running local SGD (G = 2, S = 1) against the simulator."""
 
@@ -168,25 +196,29 @@ def gloo_check(setup: LocalSGDSetup, tau: int, steps: int, seed: int = 0) -> Glo
     such differences are amplified by training itself, so the check is kept to a few averaging periods.
     """
     split = _data(setup, seed)
-    topo = Topology(2, 1)
+    topo = Topology(num_groups=2, group_size=1)
     plan = global_shuffle_plan(len(split.train), topo, setup.batch_size, 1, seed)
     lrs = warmup_schedule(setup.lr_per_worker, 1, len(plan), 1, warmup_epochs=1.0)
     if steps > len(plan):
         raise ValueError(f"check_steps {steps} exceeds one epoch of {len(plan)} steps")
     plan, lrs = plan[:steps], lrs[:steps]
-    spec = ModelSpec(split.num_features, setup.hidden, split.num_classes, batch_norm=False, seed=seed)
-    sgd = SGDConfig(setup.lr_per_worker, setup.momentum)
-    job = GroupedJob(split.train.x.numpy(), split.train.y.numpy(), spec, sgd, plan, lrs, tau, "sharded")
+    spec = ModelSpec(
+        in_features=split.num_features, hidden=setup.hidden, num_classes=split.num_classes, batch_norm=False, seed=seed
+    )
+    sgd = SGDConfig(lr=setup.lr_per_worker, momentum=setup.momentum)
+    job = GroupedJob(
+        x=split.train.x.numpy(), y=split.train.y.numpy(), model=spec, sgd=sgd, plan=plan, lrs=lrs, tau=tau, averaging="sharded"
+    )
     reports = launch(grouped_sgd_rank, 2, (job,), group_size=1, timeout_s=300)
     bank = ReplicaBank(spec.build(), topo)
     run_grouped(bank, make_optimizer(bank, sgd), split.train.x, split.train.y, plan, lrs, tau)
-    diff = max(float(np.max(np.abs(a - b))) for rep in reports
-               for a, b in zip(bank.group_state(rep.rank), rep.params))
-    return GlooCheck(diff, reports[0].collective_bytes["model_averaging"])
+    diff = max(float(np.max(np.abs(a - b))) for rep in reports for a, b in zip(bank.group_state(rep.rank), rep.params))
+    return GlooCheck(max_abs_param_diff=diff, averaging_bytes_per_rank=reports[0].collective_bytes["model_averaging"])
 
 
-def comm_per_iteration(model_bytes: float, workers: int, groups: int, tau: int, net: Network,
-                       averaging: str = "sharded") -> float:
+def comm_per_iteration(
+    model_bytes: float, workers: int, groups: int, tau: int, net: Network, averaging: str = "sharded"
+) -> float:
     """Modelled communication seconds per iteration of a configuration.
 
     Synchronous SGD allreduces gradients over all P every step; a grouped
@@ -197,8 +229,11 @@ def comm_per_iteration(model_bytes: float, workers: int, groups: int, tau: int, 
     per_step = ring_allreduce_time(model_bytes, s, net)
     if groups == 1:
         return per_step
-    avg = sharded_averaging_cost(model_bytes, groups, s, net) if averaging == "sharded" \
+    avg = (
+        sharded_averaging_cost(model_bytes, groups, s, net)
+        if averaging == "sharded"
         else flat_averaging_cost(model_bytes, workers, net)
+    )
     return per_step + avg.seconds / tau
 
 
@@ -206,8 +241,7 @@ def _acc(runs: list[LocalSGDRun], p: int, g: int, tau: int | None) -> dict[int, 
     return {r.seed: r.accuracy for r in runs if r.workers == p and r.groups == g and (tau is None or r.tau == tau)}
 
 
-def claims(runs: list[LocalSGDRun], claim_groups: int, claim_tau: int, net: Network,
-           check: GlooCheck) -> dict[str, list[float]]:
+def claims(runs: list[LocalSGDRun], claim_groups: int, claim_tau: int, net: Network, check: GlooCheck) -> dict[str, list[float]]:
     """Per-seed values of the chapter's claims (at the largest P, G = ``claim_groups``, tau = ``claim_tau``)."""
     pmax = max(r.workers for r in runs)
     sync, local = _acc(runs, pmax, 1, None), _acc(runs, pmax, pmax, claim_tau)
@@ -228,8 +262,14 @@ def claims(runs: list[LocalSGDRun], claim_groups: int, claim_tau: int, net: Netw
         "hier_closer": [hier[s] - local[s] for s in seeds],
         "hier_vs_sync": [sync[s] - hier[s] for s in seeds],
         "discrepancy_ranks": rho,
-        "averaging_bytes_saving": [100.0 * (1 - sharded_averaging_cost(d, claim_groups, pmax // claim_groups, net)
-                                            .bytes_per_process / flat_averaging_cost(d, pmax, net).bytes_per_process)],
+        "averaging_bytes_saving": [
+            100.0
+            * (
+                1
+                - sharded_averaging_cost(d, claim_groups, pmax // claim_groups, net).bytes_per_process
+                / flat_averaging_cost(d, pmax, net).bytes_per_process
+            )
+        ],
         "comm_time_saving": [100.0 * (1 - hier_t / sync_t)],
         "gloo_matches_simulator": [check.max_abs_param_diff],
     }
@@ -240,9 +280,11 @@ def accuracy_figure(runs: list[LocalSGDRun], claim_groups: int, taus: list[int])
     ps = sorted({r.workers for r in runs})
     fig, axes = plt.subplots(1, len(taus), figsize=(5 * len(taus), 3.6), sharey=True, squeeze=False)
     for ax, tau in zip(axes[0], taus):
-        for label, pick, c in (("sync SGD (G=1)", lambda p: (1, None), "k"),
-                               ("local SGD (G=P)", lambda p: (p, tau), "C3"),
-                               (f"hierarchical (G={claim_groups})", lambda p: (claim_groups, tau), "C0")):
+        for label, pick, c in (
+            ("sync SGD (G=1)", lambda p: (1, None), "k"),
+            ("local SGD (G=P)", lambda p: (p, tau), "C3"),
+            (f"hierarchical (G={claim_groups})", lambda p: (claim_groups, tau), "C0"),
+        ):
             xs, mean, lo, hi = [], [], [], []
             for p in ps:
                 g, t = pick(p)
@@ -263,18 +305,21 @@ def accuracy_figure(runs: list[LocalSGDRun], claim_groups: int, taus: list[int])
     return fig
 
 
-def comm_figure(model_bytes: float, worker_counts: list[int], claim_groups: int, claim_tau: int,
-                net: Network, alphas: list[float]) -> plt.Figure:
+def comm_figure(
+    model_bytes: float, worker_counts: list[int], claim_groups: int, claim_tau: int, net: Network, alphas: list[float]
+) -> plt.Figure:
     """Modelled communication per iteration against P (left) and the hierarchical saving against alpha (right)."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
     ps = np.array(sorted(worker_counts))
-    rows = (("sync SGD: gradient allreduce over P", lambda p: comm_per_iteration(model_bytes, p, 1, 1, net)),
-            ("hierarchical, flat averaging",
-             lambda p: comm_per_iteration(model_bytes, p, claim_groups, claim_tau, net, "flat")),
-            ("hierarchical, sharded averaging",
-             lambda p: comm_per_iteration(model_bytes, p, claim_groups, claim_tau, net, "sharded")),
-            ("local SGD (G=P), flat averaging",
-             lambda p: comm_per_iteration(model_bytes, p, p, claim_tau, net, "flat")))
+    rows = (
+        ("sync SGD: gradient allreduce over P", lambda p: comm_per_iteration(model_bytes, p, 1, 1, net)),
+        ("hierarchical, flat averaging", lambda p: comm_per_iteration(model_bytes, p, claim_groups, claim_tau, net, "flat")),
+        (
+            "hierarchical, sharded averaging",
+            lambda p: comm_per_iteration(model_bytes, p, claim_groups, claim_tau, net, "sharded"),
+        ),
+        ("local SGD (G=P), flat averaging", lambda p: comm_per_iteration(model_bytes, p, p, claim_tau, net, "flat")),
+    )
     for label, fn in rows:
         ax.plot(ps, [1e6 * fn(p) for p in ps], marker="o", label=label)
     ax.set_xscale("log", base=2)
@@ -284,8 +329,15 @@ def comm_figure(model_bytes: float, worker_counts: list[int], claim_groups: int,
     ax.legend(fontsize=7)
     pmax = int(ps.max())
     for p in ps:
-        sav = [100 * (1 - comm_per_iteration(model_bytes, int(p), claim_groups, claim_tau, Network(a, net.beta))
-                      / comm_per_iteration(model_bytes, int(p), 1, 1, Network(a, net.beta))) for a in alphas]
+        sav = [
+            100
+            * (
+                1
+                - comm_per_iteration(model_bytes, int(p), claim_groups, claim_tau, Network(alpha=a, beta=net.beta))
+                / comm_per_iteration(model_bytes, int(p), 1, 1, Network(alpha=a, beta=net.beta))
+            )
+            for a in alphas
+        ]
         bx.plot(np.array(alphas) * 1e6, sav, marker=".", label=f"P = {p}", lw=2 if p == pmax else 1)
     bx.set_xscale("symlog", linthresh=0.1)
     bx.set_xlabel("latency alpha (µs)")
@@ -298,8 +350,21 @@ def comm_figure(model_bytes: float, worker_counts: list[int], claim_groups: int,
 
 def summary(runs: list[LocalSGDRun]) -> pd.DataFrame:
     """Mean accuracy and discrepancy per configuration."""
-    df = pd.DataFrame([{"P": r.workers, "G": r.groups, "S": r.workers // r.groups, "tau": r.tau, "kind": r.kind,
-                        "accuracy": r.accuracy, "discrepancy": r.discrepancy, "steps": r.steps} for r in runs])
-    return (df.groupby(["P", "G", "S", "tau", "kind"], as_index=False)
-            .agg(accuracy=("accuracy", "mean"), sd=("accuracy", "std"), discrepancy=("discrepancy", "mean"),
-                 steps=("steps", "first")))
+    df = pd.DataFrame(
+        [
+            {
+                "P": r.workers,
+                "G": r.groups,
+                "S": r.workers // r.groups,
+                "tau": r.tau,
+                "kind": r.kind,
+                "accuracy": r.accuracy,
+                "discrepancy": r.discrepancy,
+                "steps": r.steps,
+            }
+            for r in runs
+        ]
+    )
+    return df.groupby(["P", "G", "S", "tau", "kind"], as_index=False).agg(
+        accuracy=("accuracy", "mean"), sd=("accuracy", "std"), discrepancy=("discrepancy", "mean"), steps=("steps", "first")
+    )

@@ -35,7 +35,7 @@ METHODS = ("baseline", "kakurenbo", "no_moveback", "no_lr_scale", "random_hiding
 importance sampling with replacement and Selective Backprop."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KakurenboSetup:
     """Data, model, optimiser and method settings of a sweep."""
 
@@ -57,7 +57,7 @@ class KakurenboSetup:
     methods: tuple[str, ...] = METHODS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochLog:
     """One epoch of one method."""
 
@@ -71,7 +71,7 @@ class EpochLog:
     test_accuracy: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MethodRun:
     """One method on one seed."""
 
@@ -170,13 +170,22 @@ class MethodTrainer:
                 fwd += len(sel.hidden)
         synchronize(self.device)
         seconds = time.process_time() - t0
-        rec = EpochLog(e, lr, len(sel.hidden), sel.candidates, fwd, bwd, seconds, accuracy(self.model, split.test))
+        rec = EpochLog(
+            epoch=e,
+            lr=lr,
+            hidden=len(sel.hidden),
+            max_hidden=sel.candidates,
+            forward_passes=fwd,
+            backward_passes=bwd,
+            seconds=seconds,
+            test_accuracy=accuracy(self.model, split.test),
+        )
         self.log.append(rec)
         return rec
 
     def result(self) -> MethodRun:
         """The run so far."""
-        return MethodRun(self.method, self.seed, len(self.split.train), tuple(self.log))
+        return MethodRun(method=self.method, seed=self.seed, n_train=len(self.split.train), log=tuple(self.log))
 
 
 def train_method(method: str, setup: KakurenboSetup, split: Split, seed: int, device: str = "cpu") -> MethodRun:
@@ -187,7 +196,7 @@ def train_method(method: str, setup: KakurenboSetup, split: Split, seed: int, de
     return trainer.result()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeedJob:
     """All methods on one seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
 
@@ -212,8 +221,13 @@ def run_seed(job: SeedJob) -> list[MethodRun]:
 
 def sweep(setup: KakurenboSetup, seeds: list[int], workers: int = 1, device: str = "cpu") -> list[MethodRun]:
     """Every method on every seed (one job per seed), trained on ``device``."""
-    return [r for rs in parallel_map(run_seed, [SeedJob(setup, s, device) for s in seeds], workers=workers,
-                                     desc="seeds") for r in rs]
+    return [
+        r
+        for rs in parallel_map(
+            run_seed, [SeedJob(setup=setup, seed=s, device=device) for s in seeds], workers=workers, desc="seeds"
+        )
+        for r in rs
+    ]
 
 
 def _by(runs: list[MethodRun], method: str) -> dict[int, MethodRun]:
@@ -242,14 +256,20 @@ def summary(runs: list[MethodRun]) -> pd.DataFrame:
     for m in dict.fromkeys(r.method for r in runs):
         sel = list(_by(runs, m).values())
         acc = np.array([r.final_accuracy for r in sel])
-        rows.append({
-            "method": m, "test accuracy (%)": acc.mean(), "sd": acc.std(ddof=1) if len(acc) > 1 else 0.0,
-            "time vs baseline (%)": np.mean([100 * (r.seconds / base[r.seed].seconds - 1) for r in sel]),
-            "backward passes vs baseline (%)": np.mean([100 * (r.backward_passes / base[r.seed].backward_passes - 1)
-                                                        for r in sel]),
-            "forward passes vs baseline (%)": np.mean([100 * (r.forward_passes / base[r.seed].forward_passes - 1)
-                                                       for r in sel]),
-        })
+        rows.append(
+            {
+                "method": m,
+                "test accuracy (%)": acc.mean(),
+                "sd": acc.std(ddof=1) if len(acc) > 1 else 0.0,
+                "time vs baseline (%)": np.mean([100 * (r.seconds / base[r.seed].seconds - 1) for r in sel]),
+                "backward passes vs baseline (%)": np.mean(
+                    [100 * (r.backward_passes / base[r.seed].backward_passes - 1) for r in sel]
+                ),
+                "forward passes vs baseline (%)": np.mean(
+                    [100 * (r.forward_passes / base[r.seed].forward_passes - 1) for r in sel]
+                ),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -257,8 +277,14 @@ def hidden_fraction_figure(runs: list[MethodRun], setup: KakurenboSetup) -> plt.
     """Realised hidden fraction per epoch (KAKURENBO and no move-back) against the maximum F_e."""
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     epochs = np.arange(setup.epochs)
-    ax.step(epochs, [hiding.hidden_fraction(e, setup.epochs, setup.max_fraction) for e in epochs], where="mid",
-            color="k", ls="--", label="maximum $F_e$")
+    ax.step(
+        epochs,
+        [hiding.hidden_fraction(e, setup.epochs, setup.max_fraction) for e in epochs],
+        where="mid",
+        color="k",
+        ls="--",
+        label="maximum $F_e$",
+    )
     for m, c in (("kakurenbo", "C0"), ("no_moveback", "C1")):
         sel = list(_by(runs, m).values())
         if not sel:
@@ -280,8 +306,9 @@ def tradeoff_figure(runs: list[MethodRun]) -> plt.Figure:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     for ax, col in zip(axes, ("time vs baseline (%)", "backward passes vs baseline (%)")):
         for i, row in df.iterrows():
-            ax.errorbar(row[col], row["test accuracy (%)"], yerr=row["sd"], fmt="o", color=f"C{i}", capsize=3,
-                        label=row["method"])
+            ax.errorbar(
+                row[col], row["test accuracy (%)"], yerr=row["sd"], fmt="o", color=f"C{i}", capsize=3, label=row["method"]
+            )
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_xlabel(col)
     axes[0].set_ylabel("final test accuracy (%)")

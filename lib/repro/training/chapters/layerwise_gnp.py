@@ -33,7 +33,7 @@ DIGITS_TEST = 597 / 1797  # the spec's 1200 / 597 split
 LAYER_NAMES = ("conv1", "conv2", "conv3", "fc1", "fc2")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Method:
     """A training method: ``rule`` of :func:`repro.training.sam.select_layers` (``None`` = SGD) and ``k``."""
 
@@ -44,13 +44,16 @@ class Method:
 
 def methods(ks: list[int], control_k: int) -> list[Method]:
     """SGD, SAM, layer-wise top-k for every k, and the random / input-side controls at ``control_k``."""
-    out = [Method("SGD", None), Method("SAM", "all", 99)]
-    out += [Method(f"layer-wise k={k}", "top", k) for k in ks]
-    out += [Method(f"random k={control_k}", "random", control_k), Method(f"input-side k={control_k}", "input", control_k)]
+    out = [Method(name="SGD", rule=None), Method(name="SAM", rule="all", k=99)]
+    out += [Method(name=f"layer-wise k={k}", rule="top", k=k) for k in ks]
+    out += [
+        Method(name=f"random k={control_k}", rule="random", k=control_k),
+        Method(name=f"input-side k={control_k}", rule="input", k=control_k),
+    ]
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GnpSetup:
     """Data, model and optimiser of every run."""
 
@@ -65,7 +68,7 @@ class GnpSetup:
     rho: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunJob:
     """One method on one seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
 
@@ -75,7 +78,7 @@ class RunJob:
     device: str = "cpu"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunResult:
     """Curves and totals of one run.
 
@@ -109,8 +112,14 @@ def cnn(widths: tuple[int, int, int], hidden: int, num_classes: int = 10) -> nn.
     """Three 3x3 conv-BN-ReLU blocks (no padding), global average pooling, two linear layers: 6 layers."""
     c1, c2, c3 = widths
     conv = lambda i, o: nn.Sequential(nn.Conv2d(i, o, 3), nn.BatchNorm2d(o), nn.ReLU())  # noqa: E731
-    return nn.Sequential(conv(1, c1), conv(c1, c2), conv(c2, c3), nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten()),
-                         nn.Sequential(nn.Linear(c3, hidden), nn.ReLU()), nn.Linear(hidden, num_classes))
+    return nn.Sequential(
+        conv(1, c1),
+        conv(c1, c2),
+        conv(c2, c3),
+        nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten()),
+        nn.Sequential(nn.Linear(c3, hidden), nn.ReLU()),
+        nn.Linear(hidden, num_classes),
+    )
 
 
 def noisy_digits(noise: float, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
@@ -167,14 +176,21 @@ def train_run(job: RunJob) -> RunResult:
         model.eval()
         with torch.no_grad():
             acc.append(100.0 * float((model(xt).argmax(1) == yt).float().mean()))
-    return RunResult(m.name, job.seed, tuple(acc), tuple(gnorm), float(np.mean(passes)), tuple(int(c) for c in counts),
-                     len(passes), seconds)
+    return RunResult(
+        method=m.name,
+        seed=job.seed,
+        test_accuracy=tuple(acc),
+        grad_norm=tuple(gnorm),
+        second_pass=float(np.mean(passes)),
+        selected_counts=tuple(int(c) for c in counts),
+        steps=len(passes),
+        seconds=seconds,
+    )
 
 
-def sweep(setup: GnpSetup, chosen: list[Method], seeds: list[int], workers: int = 1,
-          device: str = "cpu") -> list[RunResult]:
+def sweep(setup: GnpSetup, chosen: list[Method], seeds: list[int], workers: int = 1, device: str = "cpu") -> list[RunResult]:
     """Every method on every seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
-    jobs = [RunJob(setup, m, s, device) for s in seeds for m in chosen]
+    jobs = [RunJob(setup=setup, method=m, seed=s, device=device) for s in seeds for m in chosen]
     return parallel_map(train_run, jobs, workers=workers, desc="layerwise-gnp runs")
 
 
@@ -199,10 +215,16 @@ def summary(runs: list[RunResult], last: int) -> pd.DataFrame:
     for name in dict.fromkeys(r.method for r in runs):
         rs = list(_by(runs, name).values())
         acc = [final_accuracy(r, last) for r in rs]
-        rows.append({"method": name, "test accuracy (%)": np.mean(acc), "sd": np.std(acc, ddof=1) if len(acc) > 1 else 0.0,
-                     "late ||g||": np.mean([late_grad_norm(r) for r in rs]),
-                     "second pass (% of SAM's)": 100 * np.mean([r.second_pass for r in rs]),
-                     "train seconds (under load)": np.mean([r.seconds for r in rs])})
+        rows.append(
+            {
+                "method": name,
+                "test accuracy (%)": np.mean(acc),
+                "sd": np.std(acc, ddof=1) if len(acc) > 1 else 0.0,
+                "late ||g||": np.mean([late_grad_norm(r) for r in rs]),
+                "second pass (% of SAM's)": 100 * np.mean([r.second_pass for r in rs]),
+                "train seconds (under load)": np.mean([r.seconds for r in rs]),
+            }
+        )
     return pd.DataFrame(rows)
 
 

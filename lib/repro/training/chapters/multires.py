@@ -27,7 +27,7 @@ from repro.parallel import parallel_map
 from repro.training.multires import FieldSet, PlateauSwitch, coarsen, field_cnn, make_fieldsets
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MultiresSetup:
     """Data, model and schedule settings shared by the arms."""
 
@@ -49,7 +49,7 @@ class MultiresSetup:
 ARMS = ("fine", "coarse", "mrt_plateau", "mrt_fixed")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochPoint:
     """The state after one epoch: validation MSE on fine data, cumulative cost, and the resolution used."""
 
@@ -59,7 +59,7 @@ class EpochPoint:
     coarse: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ArmRun:
     """One arm on one seed."""
 
@@ -136,16 +136,20 @@ def run_arm(arm: str, setup: MultiresSetup, train: FieldSet, val: FieldSet, seed
         mse = _val_mse(model, val) if not was_coarse or arm == "coarse" else None
         if was_coarse and arm != "coarse":
             # the plateau is judged on the coarse validation loss (what the coarse stage can see)
-            coarse_val = FieldSet(coarsen(val.fields, setup.factor), val.targets)
+            coarse_val = FieldSet(fields=coarsen(val.fields, setup.factor), targets=val.targets)
             if switch.update(_val_mse(model, coarse_val)):
                 pixels += _recalibrate_bn(model, train.fields, setup.batch_size) * fine_pixels
         synchronize(dev)
         seconds += time.process_time() - t0
-        curve.append(EpochPoint(mse if mse is not None else _val_mse(model, val), pixels, seconds, was_coarse))
-    return ArmRun(arm, seed, tuple(curve), switch.switched_at)
+        curve.append(
+            EpochPoint(
+                val_mse=mse if mse is not None else _val_mse(model, val), pixel_passes=pixels, seconds=seconds, coarse=was_coarse
+            )
+        )
+    return ArmRun(arm=arm, seed=seed, curve=tuple(curve), switched_at=switch.switched_at)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeedJob:
     """All arms on one seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
 
@@ -160,14 +164,19 @@ def run_seed(job: SeedJob) -> list[ArmRun]:
     s = job.setup
     train, val = make_fieldsets(s.n_train, s.n_val, s.size, job.seed)
     dev = resolve_device(job.device)
-    train, val = (FieldSet(f.fields.to(dev), f.targets.to(dev)) for f in (train, val))
+    train, val = (FieldSet(fields=f.fields.to(dev), targets=f.targets.to(dev)) for f in (train, val))
     return [run_arm(a, s, train, val, job.seed) for a in ARMS]
 
 
 def sweep(setup: MultiresSetup, seeds: list[int], workers: int = 1, device: str = "cpu") -> list[ArmRun]:
     """Every arm on every seed, trained on ``device``."""
-    return [r for rs in parallel_map(run_seed, [SeedJob(setup, s, device) for s in seeds], workers=workers, desc="seeds")
-            for r in rs]
+    return [
+        r
+        for rs in parallel_map(
+            run_seed, [SeedJob(setup=setup, seed=s, device=device) for s in seeds], workers=workers, desc="seeds"
+        )
+        for r in rs
+    ]
 
 
 def cost_to_target(run: ArmRun, target: float, key: str) -> float:
@@ -201,12 +210,17 @@ def summary(runs: list[ArmRun]) -> pd.DataFrame:
     rows = []
     for arm in ARMS:
         sel = [r for r in runs if r.arm == arm]
-        rows.append({"arm": arm, "final val MSE": np.mean([r.final_mse for r in sel]),
-                     "sd": np.std([r.final_mse for r in sel], ddof=1) if len(sel) > 1 else 0.0,
-                     "epochs": np.mean([len(r.curve) for r in sel]),
-                     "coarse epochs": np.mean([sum(p.coarse for p in r.curve) for r in sel]),
-                     "pixel-passes (M)": np.mean([r.curve[-1].pixel_passes for r in sel]) / 1e6,
-                     "CPU s": np.mean([r.curve[-1].seconds for r in sel])})
+        rows.append(
+            {
+                "arm": arm,
+                "final val MSE": np.mean([r.final_mse for r in sel]),
+                "sd": np.std([r.final_mse for r in sel], ddof=1) if len(sel) > 1 else 0.0,
+                "epochs": np.mean([len(r.curve) for r in sel]),
+                "coarse epochs": np.mean([sum(p.coarse for p in r.curve) for r in sel]),
+                "pixel-passes (M)": np.mean([r.curve[-1].pixel_passes for r in sel]) / 1e6,
+                "CPU s": np.mean([r.curve[-1].seconds for r in sel]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -217,8 +231,9 @@ def curves_figure(runs: list[ArmRun]) -> plt.Figure:
     for i, arm in enumerate(ARMS):
         r = next(x for x in runs if x.arm == arm and x.seed == seed)
         mse = [p.val_mse for p in r.curve]
-        for ax, xs in zip(axes, ([p.pixel_passes / 1e6 for p in r.curve], [p.seconds for p in r.curve],
-                                 range(1, len(r.curve) + 1))):
+        for ax, xs in zip(
+            axes, ([p.pixel_passes / 1e6 for p in r.curve], [p.seconds for p in r.curve], range(1, len(r.curve) + 1))
+        ):
             ax.plot(list(xs), mse, marker=".", color=f"C{i}", label=arm)
             if r.switched_at:
                 ax.axvline(list(xs)[r.switched_at - 1], color=f"C{i}", ls=":", lw=0.8)

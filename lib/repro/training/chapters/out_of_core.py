@@ -32,7 +32,7 @@ from repro.training.memory import BlockProfile, DiskStore, gradients, profile_ch
 from repro.training.ooc_sim import Plan, exhaustive, greedy, peak_memory, simulate
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Workload:
     """A chain of blocks and one input batch."""
 
@@ -46,8 +46,8 @@ def mlp_chain(width: int, depth: int, batch: int, seed: int) -> Workload:
     """``depth`` blocks of Linear-LayerNorm-GELU (the last is the classifier) on random inputs."""
     torch.manual_seed(seed)
     blocks = [nn.Sequential(nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()) for _ in range(depth - 1)]
-    return Workload("MLP", nn.Sequential(*blocks, nn.Linear(width, 10)), torch.randn(batch, width),
-                    torch.randint(0, 10, (batch,)))
+    return Workload(name="MLP", model=nn.Sequential(*blocks, nn.Linear(width, 10)), batch=torch.randn(batch, width),
+                    labels=torch.randint(0, 10, (batch,)))
 
 
 def cnn_chain(channels: int, depth: int, batch: int, image: int, seed: int) -> Workload:
@@ -56,8 +56,8 @@ def cnn_chain(channels: int, depth: int, batch: int, image: int, seed: int) -> W
     conv = lambda i, o, s=1: nn.Sequential(nn.Conv2d(i, o, 3, s, 1), nn.BatchNorm2d(o), nn.ReLU())  # noqa: E731
     body = [conv(channels, channels, 2 if i == (depth - 2) // 2 else 1) for i in range(depth - 2)]
     head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10))
-    return Workload("CNN", nn.Sequential(conv(3, channels), *body, head), torch.randn(batch, 3, image, image),
-                    torch.randint(0, 10, (batch,)))
+    return Workload(name="CNN", model=nn.Sequential(conv(3, channels), *body, head), batch=torch.randn(batch, 3, image, image),
+                    labels=torch.randint(0, 10, (batch,)))
 
 
 class _Pool(nn.Module):
@@ -69,8 +69,8 @@ def transformer_chain(d_model: int, depth: int, batch: int, seq: int, seed: int)
     """``depth - 1`` transformer encoder layers and a mean-pooled classifier on random token embeddings."""
     torch.manual_seed(seed)
     layers = [nn.TransformerEncoderLayer(d_model, 4, 2 * d_model, dropout=0.0, batch_first=True) for _ in range(depth - 1)]
-    return Workload("Transformer", nn.Sequential(*layers, nn.Sequential(_Pool(), nn.Linear(d_model, 10))),
-                    torch.randn(batch, seq, d_model), torch.randint(0, 10, (batch,)))
+    return Workload(name="Transformer", model=nn.Sequential(*layers, nn.Sequential(_Pool(), nn.Linear(d_model, 10))),
+                    batch=torch.randn(batch, seq, d_model), labels=torch.randint(0, 10, (batch,)))
 
 
 def workloads(scale: int, seed: int, device: str = "cpu") -> list[Workload]:
@@ -78,7 +78,7 @@ def workloads(scale: int, seed: int, device: str = "cpu") -> list[Workload]:
     dev = resolve_device(device)
     built = [mlp_chain(512 * scale, 8, 256, seed), cnn_chain(16 * scale, 8, 16, 32, seed),
              transformer_chain(64 * scale, 6, 8, 64, seed)]
-    return [Workload(w.name, w.model.to(dev), w.batch.to(dev), w.labels.to(dev)) for w in built]
+    return [Workload(name=w.name, model=w.model.to(dev), batch=w.batch.to(dev), labels=w.labels.to(dev)) for w in built]
 
 
 def reference_bandwidth(blocks: list[BlockProfile]) -> float:
@@ -86,7 +86,7 @@ def reference_bandwidth(blocks: list[BlockProfile]) -> float:
     return sum(b.activation_bytes for b in blocks) / sum(b.forward_s for b in blocks)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     """The planners on one profiled model at one bandwidth.
 
@@ -126,17 +126,17 @@ def compare(name: str, seed: int, blocks: list[BlockProfile], capacity_fraction:
     plans: dict[str, Plan] = {}
     for label, pol in (("swap-all", ["swap"] * n), ("recompute-all", ["recompute"] * n)):
         s = simulate(blocks, pol, bw)
-        plans[label] = Plan(tuple(pol), s, s.peak_bytes <= capacity)
+        plans[label] = Plan(policy=tuple(pol), schedule=s, feasible=s.peak_bytes <= capacity)
     search = exhaustive if n <= exhaustive_limit else greedy
     plans["best swap-only"] = search(blocks, bw, capacity, ("keep", "swap"))
     plans["best recompute-only"] = search(blocks, bw, capacity, ("keep", "recompute"))
     plans["hybrid (greedy)"] = greedy(blocks, bw, capacity)
     plans["hybrid (optimum)"] = exhaustive(blocks, bw, capacity) if n <= exhaustive_limit else plans["hybrid (greedy)"]
-    return Comparison(name, seed, bandwidth_ratio, simulate(blocks, ["keep"] * n, bw).time,
-                      {k: _t(p) for k, p in plans.items()}, {k: p.policy for k, p in plans.items()})
+    return Comparison(model=name, seed=seed, bandwidth_ratio=bandwidth_ratio, in_core=simulate(blocks, ["keep"] * n, bw).time,
+                      times={k: _t(p) for k, p in plans.items()}, policies={k: p.policy for k, p in plans.items()})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DiskCheck:
     """Measured against simulated (synchronous transfers) iteration time for one policy on the disk store."""
 
@@ -194,10 +194,24 @@ def disk_check(work: Workload, blocks: list[BlockProfile], repeats: int) -> list
 
         measured[label] = _median_time(step, repeats, dev)
     scale = measured["keep"] / simulate(blocks, ["keep"] * n, bw).time
-    calibrated = [BlockProfile(b.forward_s * scale, b.backward_s * scale, b.activation_bytes, b.input_bytes,
-                               b.weight_bytes) for b in blocks]
-    return [DiskCheck(f"{pol}-all" + (" (disk)" if pol == "swap" else ""), measured[pol],
-                      simulate(calibrated, [pol] * n, bw, overlap=False).time) for pol in ("swap", "recompute")]
+    calibrated = [
+        BlockProfile(
+            forward_s=b.forward_s * scale,
+            backward_s=b.backward_s * scale,
+            activation_bytes=b.activation_bytes,
+            input_bytes=b.input_bytes,
+            weight_bytes=b.weight_bytes,
+        )
+        for b in blocks
+    ]
+    return [
+        DiskCheck(
+            policy=f"{pol}-all" + (" (disk)" if pol == "swap" else ""),
+            measured_s=measured[pol],
+            predicted_s=simulate(calibrated, [pol] * n, bw, overlap=False).time,
+        )
+        for pol in ("swap", "recompute")
+    ]
 
 
 def gradient_check(work: Workload, seed: int, count: int = 3) -> float:
@@ -213,7 +227,7 @@ def gradient_check(work: Workload, seed: int, count: int = 3) -> float:
     return worst
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeedResult:
     """Everything one seed (one profiling of the three models) produced."""
 
@@ -224,19 +238,29 @@ class SeedResult:
     grad_diff: float
 
 
-def run_seed(seed: int, scale: int, capacity_fraction: float, ratios: list[float], exhaustive_limit: int,
-             repeats: int, device: str = "cpu") -> SeedResult:
+def run_seed(
+    seed: int, scale: int, capacity_fraction: float, ratios: list[float], exhaustive_limit: int, repeats: int, device: str = "cpu"
+) -> SeedResult:
     """Profile the models on ``device``, run every planner at every bandwidth ratio, and the disk and gradient checks."""
     torch.set_num_threads(1)
     works = workloads(scale, seed, device)
     profiles = {w.name: profile_chain(w.model, w.batch, repeats) for w in works}
     comps = [compare(w.name, seed, profiles[w.name], capacity_fraction, r, exhaustive_limit) for w in works for r in ratios]
     disk = disk_check(works[0], profiles[works[0].name], repeats)
-    return SeedResult(seed, profiles, comps, disk, max(gradient_check(w, seed) for w in works))
+    return SeedResult(
+        seed=seed, profiles=profiles, comparisons=comps, disk=disk, grad_diff=max(gradient_check(w, seed) for w in works)
+    )
 
 
-def sweep(seeds: list[int], scale: int, capacity_fraction: float, ratios: list[float], exhaustive_limit: int,
-          repeats: int, device: str = "cpu") -> list[SeedResult]:
+def sweep(
+    seeds: list[int],
+    scale: int,
+    capacity_fraction: float,
+    ratios: list[float],
+    exhaustive_limit: int,
+    repeats: int,
+    device: str = "cpu",
+) -> list[SeedResult]:
     """:func:`run_seed` for every seed on ``device``, in this process (timings must not compete with each other)."""
     return [run_seed(s, scale, capacity_fraction, ratios, exhaustive_limit, repeats, device) for s in seeds]
 
@@ -245,11 +269,17 @@ def profile_table(result: SeedResult) -> pd.DataFrame:
     """Per model: blocks, total forward/backward time, activation and weight bytes, the reference bandwidth."""
     rows = []
     for name, blocks in result.profiles.items():
-        rows.append({"model": name, "blocks": len(blocks), "forward ms": 1e3 * sum(b.forward_s for b in blocks),
-                     "backward ms": 1e3 * sum(b.backward_s for b in blocks),
-                     "activations MB": sum(b.activation_bytes for b in blocks) / 1e6,
-                     "weights MB": sum(b.weight_bytes for b in blocks) / 1e6,
-                     "reference link GB/s": reference_bandwidth(blocks) / 1e9})
+        rows.append(
+            {
+                "model": name,
+                "blocks": len(blocks),
+                "forward ms": 1e3 * sum(b.forward_s for b in blocks),
+                "backward ms": 1e3 * sum(b.backward_s for b in blocks),
+                "activations MB": sum(b.activation_bytes for b in blocks) / 1e6,
+                "weights MB": sum(b.weight_bytes for b in blocks) / 1e6,
+                "reference link GB/s": reference_bandwidth(blocks) / 1e9,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -272,9 +302,18 @@ def claims(results: list[SeedResult], ratio: float) -> dict[str, list[float]]:
     at = lambda r: [c for c in r.comparisons if c.bandwidth_ratio == ratio]  # noqa: E731
     return {
         "hybrid_speedup": [float(np.nanmean([hybrid_speedup(c) for c in at(r)])) for r in results],
-        "greedy_near_optimal": [float(np.nanmean([100 * (c.times["hybrid (greedy)"] / c.times["hybrid (optimum)"] - 1)
-                                                  for c in at(r) if np.isfinite(c.times["hybrid (optimum)"])]))
-                                for r in results],
+        "greedy_near_optimal": [
+            float(
+                np.nanmean(
+                    [
+                        100 * (c.times["hybrid (greedy)"] / c.times["hybrid (optimum)"] - 1)
+                        for c in at(r)
+                        if np.isfinite(c.times["hybrid (optimum)"])
+                    ]
+                )
+            )
+            for r in results
+        ],
         "simulator_accuracy": [float(np.mean([d.error_percent for d in r.disk])) for r in results],
         "gradients_identical": [r.grad_diff for r in results],
     }
@@ -301,8 +340,10 @@ def bandwidth_figure(results: list[SeedResult], paper_speedup: float) -> plt.Fig
     models = list(results[0].profiles)
     ratios = sorted({c.bandwidth_ratio for c in results[0].comparisons})
     for i, m in enumerate(models):
-        ys = [np.mean([hybrid_speedup(c) for r in results for c in r.comparisons if c.model == m and c.bandwidth_ratio == x])
-              for x in ratios]
+        ys = [
+            np.mean([hybrid_speedup(c) for r in results for c in r.comparisons if c.model == m and c.bandwidth_ratio == x])
+            for x in ratios
+        ]
         ax.plot(ratios, ys, marker="o", color=f"C{i}", label=m)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axhline(paper_speedup, color="grey", ls=":", label="paper (average, V100)")
@@ -316,6 +357,16 @@ def bandwidth_figure(results: list[SeedResult], paper_speedup: float) -> plt.Fig
 
 def disk_table(results: list[SeedResult]) -> pd.DataFrame:
     """Measured and predicted iteration times of the disk-backed check, per seed and policy."""
-    return pd.DataFrame([{"seed": r.seed, "policy": d.policy, "measured ms": 1e3 * d.measured_s,
-                          "predicted ms": 1e3 * d.predicted_s, "error %": d.error_percent}
-                         for r in results for d in r.disk])
+    return pd.DataFrame(
+        [
+            {
+                "seed": r.seed,
+                "policy": d.policy,
+                "measured ms": 1e3 * d.measured_s,
+                "predicted ms": 1e3 * d.predicted_s,
+                "error %": d.error_percent,
+            }
+            for r in results
+            for d in r.disk
+        ]
+    )

@@ -54,7 +54,7 @@ def measure(job: TimingJob) -> list[list[ModeTiming]]:
     return launch(timing_rank, 2, (job,), timeout_s=600)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MeasuredMode:
     """One mode on one seed: the slower rank's time per iteration."""
 
@@ -69,8 +69,14 @@ def measured(per_rank: list[list[ModeTiming]]) -> list[MeasuredMode]:
     out = []
     for rows in zip(*per_rank):
         assert len({(r.seed, r.mode) for r in rows}) == 1
-        out.append(MeasuredMode(rows[0].seed, rows[0].mode, max(r.seconds_per_iteration for r in rows),
-                                rows[0].messages_per_iteration))
+        out.append(
+            MeasuredMode(
+                seed=rows[0].seed,
+                mode=rows[0].mode,
+                seconds_per_iteration=max(r.seconds_per_iteration for r in rows),
+                messages_per_iteration=rows[0].messages_per_iteration,
+            )
+        )
     return out
 
 
@@ -80,16 +86,15 @@ def max_param_diff(per_rank: list[list[ModeTiming]], mode: str, reference: str =
     for rows in per_rank:
         by = {(r.seed, r.mode): r.params for r in rows}
         for seed in {r.seed for r in rows}:
-            worst = max(worst, max(float(np.max(np.abs(a - b))) for a, b in zip(by[(seed, mode)],
-                                                                               by[(seed, reference)])))
+            worst = max(worst, max(float(np.max(np.abs(a - b))) for a, b in zip(by[(seed, mode)], by[(seed, reference)])))
     return worst
 
 
 def claims(table: pd.DataFrame, per_rank: list[list[ModeTiming]], claim_nodes: int) -> dict[str, list[float]]:
     """Per-seed (measured) or single (modelled) values of the chapter's claims."""
+
     def sp(model: str, batch: int, overlap: bool) -> float:
-        sel = table[(table.model == model) & (table.batch == batch) & (table.overlap == overlap)
-                    & (table.nodes == claim_nodes)]
+        sel = table[(table.model == model) & (table.batch == batch) & (table.overlap == overlap) & (table.nodes == claim_nodes)]
         return float(sel.speedup.iloc[0])
 
     vgg, ctl = list(MODELS)
@@ -113,13 +118,19 @@ def speedup_figure(table: pd.DataFrame, paper: dict[int, float]) -> plt.Figure:
         for i, b in enumerate(sorted(table.batch.unique())):
             for overlap, ls in ((True, "-"), (False, "--")):
                 sel = table[(table.model == model) & (table.batch == b) & (table.overlap == overlap)]
-                ax.plot(sel.nodes, sel.speedup, ls, color=f"C{i}", marker="o", ms=3,
-                        label=f"B={b}, {'overlap' if overlap else 'no overlap'}")
+                ax.plot(
+                    sel.nodes,
+                    sel.speedup,
+                    ls,
+                    color=f"C{i}",
+                    marker="o",
+                    ms=3,
+                    label=f"B={b}, {'overlap' if overlap else 'no overlap'}",
+                )
         ax.plot(sel.nodes, sel.nodes, ":", color="grey", label="ideal")
         if model == list(MODELS)[0]:
             for i, (b, v) in enumerate(sorted(paper.items())):
-                ax.scatter([max(sel.nodes)], [v], marker="*", s=120, color=f"C{i}", zorder=5,
-                           label=f"paper, B={b}")
+                ax.scatter([max(sel.nodes)], [v], marker="*", s=120, color=f"C{i}", zorder=5, label=f"paper, B={b}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xlabel("nodes")
@@ -130,16 +141,22 @@ def speedup_figure(table: pd.DataFrame, paper: dict[int, float]) -> plt.Figure:
     return fig
 
 
-def sensitivity_figure(nodes: int, batches: list[int], node_tflops: float, alpha_us: float,
-                       bandwidths: list[float], paper: dict[int, float]) -> plt.Figure:
+def sensitivity_figure(
+    nodes: int, batches: list[int], node_tflops: float, alpha_us: float, bandwidths: list[float], paper: dict[int, float]
+) -> plt.Figure:
     """Speedup of VGG-A at ``nodes`` nodes against the link bandwidth (the deciding constant)."""
     layers = vgg_a_layers()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for i, b in enumerate(batches):
         for overlap, ls in ((True, "-"), (False, "--")):
-            ax.plot(bandwidths, [speedup(layers, nodes, b, platform(node_tflops, alpha_us, bw), overlap)
-                                 for bw in bandwidths], ls, color=f"C{i}", marker=".",
-                    label=f"B={b}, {'overlap' if overlap else 'no overlap'}")
+            ax.plot(
+                bandwidths,
+                [speedup(layers, nodes, b, platform(node_tflops, alpha_us, bw), overlap) for bw in bandwidths],
+                ls,
+                color=f"C{i}",
+                marker=".",
+                label=f"B={b}, {'overlap' if overlap else 'no overlap'}",
+            )
         if b in paper:
             ax.axhline(paper[b], color=f"C{i}", lw=0.8, ls=":")
     ax.axhline(1.0, color="k", lw=0.8)

@@ -40,7 +40,7 @@ COSMO_SAMPLES = 262_144
 # ----------------------------------------------------------------------------------------------- measured
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeedMeasurement:
     """One seed: the calibrated platform, measured step times (slowest rank) and the oracle's predictions.
 
@@ -80,16 +80,35 @@ def measure_seed(seed: int, ranks: int, micro_batch: int, image: int, width_divi
     """Launch the ranks once for a seed; fit alpha and beta, and predict every strategy with the calibration."""
     model = measured_model(width_divisor, image, seed)
     sizes = (64, 4096, 65536, 262144, 1 << 20, 4 << 20)
-    job = MeasureJob(StrategyJob(model, image, micro_batch, MEASURED_STRATEGIES, steps, warmup, seed), sizes,
-                     pingpong_repeats, max(3, steps))
+    job = MeasureJob(
+        strategies=StrategyJob(
+            model=model,
+            image=image,
+            micro_batch=micro_batch,
+            strategies=MEASURED_STRATEGIES,
+            steps=steps,
+            warmup=warmup,
+            seed=seed,
+        ),
+        pingpong_sizes=sizes,
+        pingpong_repeats=pingpong_repeats,
+        flop_repeats=max(3, steps),
+    )
     per_rank = launch(measure_rank, ranks, (job,), timeout_s=timeout_s)
     net = fit_alpha_beta(per_rank[0].pingpong)
-    plat = PlatformConstants(1e12, float(np.mean([r.flops_per_s for r in per_rank])), net)
+    plat = PlatformConstants(memory_bytes=1e12, flops_per_s=float(np.mean([r.flops_per_s for r in per_rank])), net=net)
     measured = {s: max(t.seconds for r in per_rank for t in r.timings if t.strategy == s) for s in MEASURED_STRATEGIES}
     table = layer_table(model, torch.zeros(1, 3, image, image))
     predicted = {s: step_prediction(table, s, ranks, micro_batch, plat) for s in MEASURED_STRATEGIES}
-    return SeedMeasurement(seed, ranks, micro_batch, plat, measured, predicted,
-                           gradient_error(model, job.strategies, per_rank))
+    return SeedMeasurement(
+        seed=seed,
+        ranks=ranks,
+        micro_batch=micro_batch,
+        platform=plat,
+        measured_s=measured,
+        predicted=predicted,
+        gradient_error=gradient_error(model, job.strategies, per_rank),
+    )
 
 
 def gradient_error(model: nn.Sequential, job: StrategyJob, per_rank: list[RankMeasurement]) -> float:
@@ -104,29 +123,53 @@ def gradient_error(model: nn.Sequential, job: StrategyJob, per_rank: list[RankMe
     return worst
 
 
-def measure(seeds: list[int], ranks: int, micro_batch: int, image: int, width_divisor: int, steps: int, warmup: int,
-            pingpong_repeats: int) -> list[SeedMeasurement]:
+def measure(
+    seeds: list[int], ranks: int, micro_batch: int, image: int, width_divisor: int, steps: int, warmup: int, pingpong_repeats: int
+) -> list[SeedMeasurement]:
     """:func:`measure_seed` for every seed, one after the other (timings must not compete)."""
-    return [measure_seed(s, ranks, micro_batch, image, width_divisor, steps, warmup, pingpong_repeats)
-            for s in tqdm(seeds, desc="gloo runs")]
+    return [
+        measure_seed(s, ranks, micro_batch, image, width_divisor, steps, warmup, pingpong_repeats)
+        for s in tqdm(seeds, desc="gloo runs")
+    ]
 
 
 def measured_table(results: list[SeedMeasurement]) -> pd.DataFrame:
     """Per strategy: measured and predicted step (compute, communication) and the oracle's accuracy, mean over seeds."""
-    rows = [{"strategy": s, "measured ms": 1e3 * r.measured_s[s], "predicted ms": 1e3 * r.predicted[s].total_s,
-             "compute ms": 1e3 * r.predicted[s].compute_s, "communication ms": 1e3 * r.predicted[s].communication_s,
-             "accuracy %": r.accuracy(s)} for r in results for s in MEASURED_STRATEGIES]
+    rows = [
+        {
+            "strategy": s,
+            "measured ms": 1e3 * r.measured_s[s],
+            "predicted ms": 1e3 * r.predicted[s].total_s,
+            "compute ms": 1e3 * r.predicted[s].compute_s,
+            "communication ms": 1e3 * r.predicted[s].communication_s,
+            "accuracy %": r.accuracy(s),
+        }
+        for r in results
+        for s in MEASURED_STRATEGIES
+    ]
     return pd.DataFrame(rows).groupby("strategy", sort=False).mean()
 
 
 def calibration_table(results: list[SeedMeasurement]) -> pd.DataFrame:
     """The calibrated constants of every seed beside ABCI's."""
-    rows = [{"platform": f"this machine, seed {r.seed}", "GFLOP/s": r.platform.flops_per_s / 1e9,
-             "alpha us": 1e6 * r.platform.net.alpha, "bandwidth GB/s": 1 / r.platform.net.beta / 1e9 if r.platform.net.beta
-             else float("inf")} for r in results]
+    rows = [
+        {
+            "platform": f"this machine, seed {r.seed}",
+            "GFLOP/s": r.platform.flops_per_s / 1e9,
+            "alpha us": 1e6 * r.platform.net.alpha,
+            "bandwidth GB/s": 1 / r.platform.net.beta / 1e9 if r.platform.net.beta else float("inf"),
+        }
+        for r in results
+    ]
     abci = PlatformConstants.abci()
-    rows.append({"platform": "ABCI (paper)", "GFLOP/s": abci.flops_per_s / 1e9, "alpha us": 1e6 * abci.net.alpha,
-                 "bandwidth GB/s": 1 / abci.net.beta / 1e9})
+    rows.append(
+        {
+            "platform": "ABCI (paper)",
+            "GFLOP/s": abci.flops_per_s / 1e9,
+            "alpha us": 1e6 * abci.net.alpha,
+            "bandwidth GB/s": 1 / abci.net.beta / 1e9,
+        }
+    )
     return pd.DataFrame(rows)
 
 
@@ -165,26 +208,44 @@ def _plain_cnn(cfg: list, in_channels: int, pool: Callable[[], nn.Module], head:
 
 def alexnet() -> nn.Sequential:
     """AlexNet as in the one-GPU variant torch's model zoo uses (ImageNet, 224 x 224)."""
-    return nn.Sequential(nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(), nn.MaxPool2d(3, 2),
-                         nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
-                         nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(), nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
-                         nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2), nn.AdaptiveAvgPool2d(6),
-                         nn.Flatten(), nn.Linear(9216, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
-                         nn.Linear(4096, 1000))
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 11, 4, 2),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2),
+        nn.Conv2d(64, 192, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2),
+        nn.Conv2d(192, 384, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(384, 256, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(256, 256, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2),
+        nn.AdaptiveAvgPool2d(6),
+        nn.Flatten(),
+        nn.Linear(9216, 4096),
+        nn.ReLU(),
+        nn.Linear(4096, 4096),
+        nn.ReLU(),
+        nn.Linear(4096, 1000),
+    )
 
 
 def vgg16() -> nn.Sequential:
     """VGG16 (configuration D) for ImageNet at 224 x 224."""
     cfg = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
-    head = [nn.Flatten(), nn.Linear(512 * 7 * 7, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
-            nn.Linear(4096, 1000)]
+    head = [nn.Flatten(), nn.Linear(512 * 7 * 7, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 1000)]
     return _plain_cnn(cfg, 3, lambda: nn.MaxPool2d(2), head)
 
 
 def resnet50() -> nn.Module:
     """ResNet-50 from ``transformers`` (randomly initialised from its configuration; nothing downloaded)."""
-    return ResNetForImageClassification(ResNetConfig(layer_type="bottleneck", depths=[3, 4, 6, 3], embedding_size=64,
-                                                     hidden_sizes=[256, 512, 1024, 2048], num_labels=1000))
+    return ResNetForImageClassification(
+        ResNetConfig(
+            layer_type="bottleneck", depths=[3, 4, 6, 3], embedding_size=64, hidden_sizes=[256, 512, 1024, 2048], num_labels=1000
+        )
+    )
 
 
 def cosmoflow_like(side: int) -> nn.Sequential:
@@ -198,11 +259,12 @@ def cosmoflow_like(side: int) -> nn.Sequential:
         layers += [nn.Conv3d(c, v, 3, padding=1), nn.ReLU(), nn.MaxPool3d(2)]
         c = v
     s = side // 32
-    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(c * s ** 3, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
-                         nn.Linear(64, 4))
+    return nn.Sequential(
+        *layers, nn.Flatten(), nn.Linear(c * s**3, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 4)
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Workload:
     """A projected model: its layer table and samples per epoch."""
 
@@ -214,20 +276,21 @@ class Workload:
 
 def workloads(cosmo_side: int) -> list[Workload]:
     """Layer tables of the four projected models, traced on the meta device (no weights, no compute)."""
-    specs = [("AlexNet", alexnet, (3, 224, 224), IMAGENET_SAMPLES, False),
-             ("VGG16", vgg16, (3, 224, 224), IMAGENET_SAMPLES, False),
-             ("ResNet-50", resnet50, (3, 224, 224), IMAGENET_SAMPLES, False),
-             (f"CosmoFlow-like {cosmo_side}^3", lambda: cosmoflow_like(cosmo_side), (4,) + (cosmo_side,) * 3,
-              COSMO_SAMPLES, True)]
+    specs = [
+        ("AlexNet", alexnet, (3, 224, 224), IMAGENET_SAMPLES, False),
+        ("VGG16", vgg16, (3, 224, 224), IMAGENET_SAMPLES, False),
+        ("ResNet-50", resnet50, (3, 224, 224), IMAGENET_SAMPLES, False),
+        (f"CosmoFlow-like {cosmo_side}^3", lambda: cosmoflow_like(cosmo_side), (4,) + (cosmo_side,) * 3, COSMO_SAMPLES, True),
+    ]
     out = []
     for name, build, shape, n, three_d in specs:
         with torch.device("meta"):
             model, example = build(), torch.zeros(1, *shape)
-        out.append(Workload(name, layer_table(model, example), n, three_d))
+        out.append(Workload(name=name, table=layer_table(model, example), samples=n, three_d=three_d))
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Projection:
     """One strategy on one model at ``p`` processes, at its largest fitting micro-batch (0: nothing fits)."""
 
@@ -243,7 +306,7 @@ class Projection:
         return self.prediction.total_s if self.prediction is not None else float("inf")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProjectionSetup:
     """How the projections are made: hybrid group size, widest pure model parallelism, micro-batch cap.
 
@@ -267,8 +330,14 @@ def project(work: Workload, strategy: str, p: int, plat: PlatformConstants, setu
     p_data = max(1, p // setup.node) if "+" in strategy else 1
     b = largest_micro_batch(work.table, strategy, p, plat, cap=setup.max_micro_batch, p_data=p_data)
     if b == 0:
-        return Projection(work.name, strategy, p, 0, None)
-    return Projection(work.name, strategy, p, b, predict(work.table, strategy, p, b, work.samples, plat, p_data=p_data))
+        return Projection(model=work.name, strategy=strategy, processes=p, micro_batch=0, prediction=None)
+    return Projection(
+        model=work.name,
+        strategy=strategy,
+        processes=p,
+        micro_batch=b,
+        prediction=predict(work.table, strategy, p, b, work.samples, plat, p_data=p_data),
+    )
 
 
 def projections(works: list[Workload], ps: list[int], plat: PlatformConstants, setup: ProjectionSetup) -> list[Projection]:
@@ -276,8 +345,13 @@ def projections(works: list[Workload], ps: list[int], plat: PlatformConstants, s
 
     Pure model parallelism (filter, channel, spatial, pipeline) stops at ``setup.max_model_parallel``.
     """
-    return [project(w, s, p, plat, setup) for w in works for p in ps for s in STRATEGIES
-            if s in ("data", "data+filter", "data+spatial") or p <= setup.max_model_parallel]
+    return [
+        project(w, s, p, plat, setup)
+        for w in works
+        for p in ps
+        for s in STRATEGIES
+        if s in ("data", "data+filter", "data+spatial") or p <= setup.max_model_parallel
+    ]
 
 
 def with_bandwidth(plat: PlatformConstants, gb_per_s: float) -> PlatformConstants:
@@ -315,8 +389,13 @@ def bandwidth_sweep(works: list[Workload], p: int, gb_per_s: list[float], setup:
     rows = []
     for bw in gb_per_s:
         plat = with_bandwidth(PlatformConstants.abci(), bw)
-        rows.append({"bandwidth GB/s": bw, "data comm share %": data_comm_share(works, p, plat, setup),
-                     "3-D data / hybrid": hybrid_gain_3d(works, p, plat, setup)})
+        rows.append(
+            {
+                "bandwidth GB/s": bw,
+                "data comm share %": data_comm_share(works, p, plat, setup),
+                "3-D data / hybrid": hybrid_gain_3d(works, p, plat, setup),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -326,9 +405,14 @@ def memory_sweep(works: list[Workload], p: int, memory_gb: list[float], setup: P
     rows = []
     for gb in memory_gb:
         plat = with_memory(PlatformConstants.abci(), gb)
-        rows.append({"memory GB": gb, "3-D data / hybrid": hybrid_gain_3d(works, p, plat, setup),
-                     "data micro-batch": project(w, "data", p, plat, setup).micro_batch,
-                     "hybrid micro-batch": project(w, "data+spatial", p, plat, setup).micro_batch})
+        rows.append(
+            {
+                "memory GB": gb,
+                "3-D data / hybrid": hybrid_gain_3d(works, p, plat, setup),
+                "data micro-batch": project(w, "data", p, plat, setup).micro_batch,
+                "hybrid micro-batch": project(w, "data+spatial", p, plat, setup).micro_batch,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -347,11 +431,15 @@ def flip_text(interval: tuple[float, float] | None, unit: str) -> str:
 
 def ranking_table(projs: list[Projection], p: int) -> pd.DataFrame:
     """Modelled epoch time (seconds) per model and strategy at ``p`` processes; empty where not projected or nothing fits."""
-    rows = [{"model": q.model, "strategy": q.strategy, "epoch s": q.epoch_s if q.prediction else np.nan}
-            for q in projs if q.processes == p]
+    rows = [
+        {"model": q.model, "strategy": q.strategy, "epoch s": q.epoch_s if q.prediction else np.nan}
+        for q in projs
+        if q.processes == p
+    ]
     df = pd.DataFrame(rows)
     return df.pivot(index="strategy", columns="model", values="epoch s").reindex(STRATEGIES)[
-        list(dict.fromkeys(q.model for q in projs))]
+        list(dict.fromkeys(q.model for q in projs))
+    ]
 
 
 def scaling_figure(projs: list[Projection]) -> plt.Figure:
@@ -373,8 +461,9 @@ def scaling_figure(projs: list[Projection]) -> plt.Figure:
     return fig
 
 
-def _sweep_panel(ax: plt.Axes, xs: list[float], ys: list[float], level: float, at: float, at_label: str,
-                 xlabel: str, title: str) -> None:
+def _sweep_panel(
+    ax: plt.Axes, xs: list[float], ys: list[float], level: float, at: float, at_label: str, xlabel: str, title: str
+) -> None:
     finite = [y if np.isfinite(y) else np.nan for y in ys]
     ax.plot(xs, finite, marker="o")
     for x, y in zip(xs, ys):
@@ -398,12 +487,36 @@ def sweep_figure(bandwidth: pd.DataFrame, memory: pd.DataFrame, p: int) -> plt.F
     abci = PlatformConstants.abci()
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
     bw = bandwidth["bandwidth GB/s"].tolist()
-    _sweep_panel(axes[0], bw, bandwidth["data comm share %"].tolist(), 50.0, 1 / abci.net.beta / 1e9, "ABCI",
-                 "network bandwidth, GB/s", f"data parallelism: communication share, % ({p} GPUs, 2-D models)")
-    _sweep_panel(axes[1], bw, bandwidth["3-D data / hybrid"].tolist(), 1.0, 1 / abci.net.beta / 1e9, "ABCI",
-                 "network bandwidth, GB/s", f"3-D model: data / data+spatial epoch ({p} GPUs)")
-    _sweep_panel(axes[2], memory["memory GB"].tolist(), memory["3-D data / hybrid"].tolist(), 1.0,
-                 abci.memory_bytes / 1e9, "ABCI", "memory per GPU, GB", f"3-D model: data / data+spatial epoch ({p} GPUs)")
+    _sweep_panel(
+        axes[0],
+        bw,
+        bandwidth["data comm share %"].tolist(),
+        50.0,
+        1 / abci.net.beta / 1e9,
+        "ABCI",
+        "network bandwidth, GB/s",
+        f"data parallelism: communication share, % ({p} GPUs, 2-D models)",
+    )
+    _sweep_panel(
+        axes[1],
+        bw,
+        bandwidth["3-D data / hybrid"].tolist(),
+        1.0,
+        1 / abci.net.beta / 1e9,
+        "ABCI",
+        "network bandwidth, GB/s",
+        f"3-D model: data / data+spatial epoch ({p} GPUs)",
+    )
+    _sweep_panel(
+        axes[2],
+        memory["memory GB"].tolist(),
+        memory["3-D data / hybrid"].tolist(),
+        1.0,
+        abci.memory_bytes / 1e9,
+        "ABCI",
+        "memory per GPU, GB",
+        f"3-D model: data / data+spatial epoch ({p} GPUs)",
+    )
     fig.tight_layout()
     return fig
 
@@ -418,8 +531,7 @@ def claims(results: list[SeedMeasurement], works: list[Workload], p: int, setup:
     return {
         "accuracy_data": [r.accuracy("data") for r in results],
         "accuracy_mean": [float(np.mean([r.accuracy(s) for s in MEASURED_STRATEGIES])) for r in results],
-        "data_most_accurate": [r.accuracy("data") - float(np.mean([r.accuracy(s) for s in model_parallel]))
-                               for r in results],
+        "data_most_accurate": [r.accuracy("data") - float(np.mean([r.accuracy(s) for s in model_parallel])) for r in results],
         "strategies_exact": [r.gradient_error for r in results],
         "allreduce_limits_data": [data_comm_share(works, p, abci, setup)],
         "hybrid_wins_3d": [hybrid_gain_3d(works, p, abci, setup)],

@@ -30,7 +30,7 @@ from repro.training.launcher import launch
 from repro.training.simulator import ReplicaBank, SGDConfig, Topology, evaluate, make_optimizer, run_grouped, warmup_schedule
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShuffleSetup:
     """Data, model and optimiser shared by every run of a sweep."""
 
@@ -48,7 +48,7 @@ class ShuffleSetup:
     epochs: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShuffleJob:
     """One run: a shard scheme (``iid`` or ``skewed``), an exchange fraction Q, a seed and the device it computes on."""
 
@@ -59,7 +59,7 @@ class ShuffleJob:
     device: str = "cpu"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShuffleRun:
     """The outcome of one run.
 
@@ -119,10 +119,12 @@ def run_shuffle(job: ShuffleJob) -> ShuffleRun:
     shards = shuffling.initial_shards(y, s.workers, job.scheme, seed=job.seed)
     steps = len(shards[0]) // s.batch_size
     lrs = warmup_schedule(s.base_lr, s.workers, steps, s.epochs, s.warmup_epochs, decay_epochs=(0.75 * s.epochs,))
-    spec = ModelSpec(split.num_features, s.hidden, split.num_classes, batch_norm=True, seed=job.seed)
+    spec = ModelSpec(
+        in_features=split.num_features, hidden=s.hidden, num_classes=split.num_classes, batch_norm=True, seed=job.seed
+    )
     dev = resolve_device(job.device)
-    bank = ReplicaBank(spec.build(), Topology(1, s.workers)).to(dev)
-    opt = make_optimizer(bank, SGDConfig(s.base_lr, s.momentum, 5e-4))
+    bank = ReplicaBank(spec.build(), Topology(num_groups=1, group_size=s.workers)).to(dev)
+    opt = make_optimizer(bank, SGDConfig(lr=s.base_lr, momentum=s.momentum, weight_decay=5e-4))
     xs, ys = split.train.x.to(dev), split.train.y.to(dev)
     acc, moved, spread, peak = [], [], [], 1.0
     for e in range(s.epochs):
@@ -132,21 +134,30 @@ def run_shuffle(job: ShuffleJob) -> ShuffleRun:
             peak = max(peak, rec.peak_storage / len(shards[0]))
         spread.append(shuffling.label_spread(y, shards, split.num_classes))
         plan = shuffling.epoch_plan(shards, s.batch_size, rng)[:, None]
-        run_grouped(bank, opt, xs, ys, plan, lrs[e * steps:(e + 1) * steps], tau=1)
+        run_grouped(bank, opt, xs, ys, plan, lrs[e * steps : (e + 1) * steps], tau=1)
         acc.append(evaluate(bank, split.test.x, split.test.y)[0])
-    return ShuffleRun(job.scheme, job.q, job.seed, tuple(acc), tuple(moved), tuple(spread), peak,
-                      len(y) * split.train.sample_bytes)
+    return ShuffleRun(
+        scheme=job.scheme,
+        q=job.q,
+        seed=job.seed,
+        accuracy=tuple(acc),
+        bytes_per_epoch=tuple(moved),
+        spread=tuple(spread),
+        peak_storage_ratio=peak,
+        dataset_bytes=len(y) * split.train.sample_bytes,
+    )
 
 
-def sweep(setup: ShuffleSetup, schemes: list[str], q_values: list[float], seeds: list[int],
-          workers: int = 1, device: str = "cpu") -> list[ShuffleRun]:
+def sweep(
+    setup: ShuffleSetup, schemes: list[str], q_values: list[float], seeds: list[int], workers: int = 1, device: str = "cpu"
+) -> list[ShuffleRun]:
     """Every scheme x {LS, PLS(q) for q in q_values, GS} x seed, spread over ``workers`` processes, on ``device``."""
     qs = sorted({0.0, 1.0, *q_values})
-    jobs = [ShuffleJob(setup, sc, q, sd, device) for sc in schemes for q in qs for sd in seeds]
+    jobs = [ShuffleJob(setup=setup, scheme=sc, q=q, seed=sd, device=device) for sc in schemes for q in qs for sd in seeds]
     return parallel_map(run_shuffle, jobs, workers=workers, desc="shuffle runs")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GlooCheck:
     """A 2-rank gloo run with a real sample exchange against the simulator on the same plan."""
 
@@ -174,8 +185,9 @@ def gloo_check(setup: ShuffleSetup, q: float, n_samples: int, epochs: int, seed:
     GlooCheck
         The largest parameter difference and the exchanged bytes, measured and accounted.
     """
-    split = synthetic_classification(n_samples, setup.n_features, setup.n_informative, setup.num_classes,
-                                     class_sep=setup.class_sep, seed=seed)
+    split = synthetic_classification(
+        n_samples, setup.n_features, setup.n_informative, setup.num_classes, class_sep=setup.class_sep, seed=seed
+    )
     y = split.train.y.numpy()
     rng = np.random.default_rng(seed)
     shards = shuffling.initial_shards(y, 2, "skewed", seed=seed)
@@ -189,15 +201,30 @@ def gloo_check(setup: ShuffleSetup, q: float, n_samples: int, epochs: int, seed:
     plan = np.concatenate(plans)[:, None]
     steps = len(plans[0])
     lrs = warmup_schedule(setup.base_lr, 2, steps, epochs, setup.warmup_epochs)
-    spec = ModelSpec(split.num_features, setup.hidden, split.num_classes, batch_norm=True, seed=seed)
-    sgd = SGDConfig(setup.base_lr, setup.momentum, 5e-4)
-    job = GroupedJob(split.train.x.numpy(), y, spec, sgd, plan, lrs, tau=1, shards=tuple(per_epoch),
-                     steps_per_epoch=steps)
+    spec = ModelSpec(
+        in_features=split.num_features, hidden=setup.hidden, num_classes=split.num_classes, batch_norm=True, seed=seed
+    )
+    sgd = SGDConfig(lr=setup.base_lr, momentum=setup.momentum, weight_decay=5e-4)
+    job = GroupedJob(
+        x=split.train.x.numpy(),
+        y=y,
+        model=spec,
+        sgd=sgd,
+        plan=plan,
+        lrs=lrs,
+        tau=1,
+        shards=tuple(per_epoch),
+        steps_per_epoch=steps,
+    )
     reports = launch(grouped_sgd_rank, 2, (job,), group_size=2, timeout_s=300)
-    bank = ReplicaBank(spec.build(), Topology(1, 2))
+    bank = ReplicaBank(spec.build(), Topology(num_groups=1, group_size=2))
     run_grouped(bank, make_optimizer(bank, sgd), split.train.x, split.train.y, plan, lrs, tau=1)
     diff = max(float(np.max(np.abs(a - b))) for rep in reports for a, b in zip(bank.group_state(0), rep.params))
-    return GlooCheck(diff, sum(r.exchange_bytes_sent for r in reports), accounted)
+    return GlooCheck(
+        max_abs_param_diff=diff,
+        exchange_bytes_gloo=sum(r.exchange_bytes_sent for r in reports),
+        exchange_bytes_accounted=accounted,
+    )
 
 
 def _final(runs: list[ShuffleRun], scheme: str, q: float) -> dict[int, float]:
@@ -233,13 +260,19 @@ def claims(runs: list[ShuffleRun], claim_q: float, check: GlooCheck) -> dict[str
 def summary(runs: list[ShuffleRun]) -> pd.DataFrame:
     """Mean and spread of the final accuracy and the exchanged share per scheme and strategy."""
     rows = []
-    for (scheme, q) in sorted({(r.scheme, r.q) for r in runs}):
+    for scheme, q in sorted({(r.scheme, r.q) for r in runs}):
         sel = [r for r in runs if r.scheme == scheme and r.q == q]
         acc = np.array([r.final_accuracy for r in sel])
-        rows.append({"partition": scheme, "strategy": strategy_name(q), "final accuracy (%)": acc.mean(),
-                     "sd": acc.std(ddof=1) if len(acc) > 1 else 0.0,
-                     "MB exchanged per epoch": np.mean([np.mean(r.bytes_per_epoch) for r in sel]) / 1e6,
-                     "peak storage (x N/M)": max(r.peak_storage_ratio for r in sel)})
+        rows.append(
+            {
+                "partition": scheme,
+                "strategy": strategy_name(q),
+                "final accuracy (%)": acc.mean(),
+                "sd": acc.std(ddof=1) if len(acc) > 1 else 0.0,
+                "MB exchanged per epoch": np.mean([np.mean(r.bytes_per_epoch) for r in sel]) / 1e6,
+                "peak storage (x N/M)": max(r.peak_storage_ratio for r in sel),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -272,8 +305,7 @@ def tradeoff(runs: list[ShuffleRun], scheme: str = "skewed") -> plt.Figure:
         share = [100 * np.mean(r.bytes_per_epoch) / r.dataset_bytes for r in sel]
         acc = [r.final_accuracy for r in sel]
         ax.errorbar(np.mean(share), np.mean(acc), yerr=np.std(acc), fmt="o", capsize=3)
-        ax.annotate(strategy_name(q), (np.mean(share), np.mean(acc)), textcoords="offset points", xytext=(4, -10),
-                    fontsize=8)
+        ax.annotate(strategy_name(q), (np.mean(share), np.mean(acc)), textcoords="offset points", xytext=(4, -10), fontsize=8)
         bx.plot(np.mean([r.spread for r in sel], axis=0), label=strategy_name(q))
     ax.set_xscale("symlog", linthresh=1.0)
     ax.set_xlabel("data moved per epoch (% of the data set)")
