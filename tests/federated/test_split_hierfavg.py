@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pytest
 import torch
 
-from repro.federated.client import LocalSGD, client_seed, local_sgd, make_client_app, round_seed
+from repro.federated.client import LocalSettings, LocalSGD, client_seed, local_sgd, make_client_app, round_seed
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.hierfavg import HierFAVG
-from repro.federated.sfetec import CostModel, RoundTraffic, SplitHierarchy, run_split_training
+from repro.federated.sfetec import CostModel, RoundTraffic, SplitHierarchy, SplitSchedule, edge_round, run_split_training
 from repro.federated.split import SplitBatch, split_sequential, split_step
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model, client_data, evaluate
@@ -25,17 +26,26 @@ def batches(n: int, sizes: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]
     return [(torch.randn(s, 8, generator=gen), torch.randint(0, 3, (s,), generator=gen)) for s in sizes]
 
 
-def test_split_step_equals_unsplit_backprop_and_counts_bytes():
+def sgd_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> dict[str, torch.Tensor]:
+    """One plain SGD step of ``model`` on ``(x, y)`` in place; the gradients it took."""
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= lr * p.grad
+    return grads
+
+
+def test_split_step_core_takes_the_pooled_step_and_each_base_its_own_loss_and_counts_bytes():
     torch.manual_seed(0)
     whole = mlp(8, [6, 5], 3)
-    reference = copy.deepcopy(whole)
     data = batches(1, [4, 7])
-    # unsplit: one SGD step on the pooled batch
-    opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-    x, y = torch.cat([d[0] for d in data]), torch.cat([d[1] for d in data])
-    torch.nn.functional.cross_entropy(reference(x), y).backward()
-    grads = {k: p.grad.clone() for k, p in reference.named_parameters()}
-    opt.step()
+    # unsplit: the pooled batch's step (what the core must take)
+    reference = copy.deepcopy(whole)
+    sgd_step(reference, torch.cat([d[0] for d in data]), torch.cat([d[1] for d in data]), lr=0.1)
+    # unsplit, one client alone: the gradient of its own loss (what its base must receive)
+    own = [sgd_step(copy.deepcopy(whole), xb, yb, lr=0.1) for xb, yb in data]
     # split: two clients, each with its own copy of the base, one shared core
     bases = [split_sequential(copy.deepcopy(whole), 2)[0] for _ in data]
     core = split_sequential(whole, 2)[1]
@@ -46,22 +56,71 @@ def test_split_step_equals_unsplit_backprop_and_counts_bytes():
     ref = dict(reference.named_parameters())
     for k, p in core.named_parameters():
         torch.testing.assert_close(p, ref[k])
-    base_grad = sum(dict(b.named_parameters())["fc0.weight"].grad for b in bases)
-    torch.testing.assert_close(base_grad, grads["fc0.weight"])
+    for b, g in zip(bases, own):  # the pooled loss's gradient would be 4/11 and 7/11 of these
+        torch.testing.assert_close(dict(b.named_parameters())["fc0.weight"].grad, g["fc0.weight"])
     # activations (6 floats) + labels (int64) up, gradients down, per client
     assert [e.up for e in exchanges] == [4 * 6 * 4 + 4 * 8, 7 * 6 * 4 + 7 * 8]
     assert [e.down for e in exchanges] == [4 * 6 * 4, 7 * 6 * 4]
 
 
+def test_k_equal_clients_each_take_the_step_of_one_client_alone():
+    """SplitFed's point: k clients with the same batch move their bases as one client alone would (not 1/k of it)."""
+    torch.manual_seed(1)
+    whole = mlp(8, [6, 5], 3)
+    (x, y), = batches(2, [5])
+    alone = copy.deepcopy(whole)
+    sgd_step(alone, x, y, lr=0.2)
+    k = 4
+    bases = [split_sequential(copy.deepcopy(whole), 2)[0] for _ in range(k)]
+    core = split_sequential(copy.deepcopy(whole), 2)[1]
+    split_step([SplitBatch(base=b, optimizer=torch.optim.SGD(b.parameters(), lr=0.2), x=x, y=y) for b in bases],
+               core, torch.optim.SGD(core.parameters(), lr=0.2))
+    for b in bases:
+        torch.testing.assert_close(b.fc0.weight, alone.fc0.weight)
+
+
+def test_one_step_of_an_edge_round_is_one_step_of_sgd_on_the_pooled_batch():
+    """Equal client batches, one step: the averaged model is centralised SGD's, with one core or a copy per client."""
+    torch.manual_seed(2)
+    whole = mlp(8, [6, 5], 3)
+    data = batches(3, [6, 6, 6])
+    reference = copy.deepcopy(whole)
+    sgd_step(reference, torch.cat([d[0] for d in data]), torch.cat([d[1] for d in data]), lr=0.1)
+    for copies in (False, True):
+        model = copy.deepcopy(whole)
+        traffic = edge_round(model, 2, [[d] for d in data], [1.0, 1.0, 1.0], lr=0.1, server_copies=copies)
+        for (k, p), q in zip(model.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(p, q, msg=f"{k}, server copies {copies}")
+        base_scalars = 8 * 6 + 6
+        assert traffic.down == 3 * (6 * 6 * 4 + base_scalars * 4)
+
+
+def test_splitfed_core_copies_differ_from_one_pooled_core_after_two_steps():
+    torch.manual_seed(3)
+    whole = mlp(8, [6, 5], 3)
+    data = [[d, e] for d, e in zip(batches(4, [5, 5]), batches(5, [5, 5]))]
+    pooled, copies = copy.deepcopy(whole), copy.deepcopy(whole)
+    edge_round(pooled, 2, data, [1.0, 1.0], lr=0.5, server_copies=False)
+    edge_round(copies, 2, data, [1.0, 1.0], lr=0.5, server_copies=True)
+    assert not torch.allclose(pooled.fc2.weight, copies.fc2.weight)
+
+
 def test_one_client_one_edge_split_training_is_centralised_sgd():
     spec = TaskSpec(dataset="digits", num_clients=1, scheme="iid", hidden=(16, 24), n_train=300)
-    hist = run_split_training(
-        spec, 2, SplitHierarchy(edges=((0,),)), rounds=1, steps=3, batch_size=8, lr=0.1, seed=4, eval_rounds=[1]
-    )
+    schedule = SplitSchedule(rounds=1, steps=3, batch_size=8, lr=0.1)
     model = build_model(spec, 4)
     x, y = client_data(spec, 0)
-    local_sgd(model, x, y, steps=3, batch_size=8, lr=0.1, momentum=0.0, seed=client_seed(round_seed(4, 1), 0))
-    assert abs(evaluate(spec, model)["accuracy"] - hist.accuracy[-1]) < 1e-9
+    local_sgd(model, x, y, LocalSettings(steps=3, batch_size=8, lr=0.1, momentum=0.0, seed=client_seed(round_seed(4, 1), 0)))
+    for hierarchy in (SplitHierarchy(edges=((0,),)), SplitHierarchy.splitfed(1)):
+        hist = run_split_training(spec, cut=2, hierarchy=hierarchy, schedule=schedule, seed=4, eval_rounds=[1])
+        assert abs(evaluate(spec, model)["accuracy"] - hist.accuracy[-1]) < 1e-9
+
+
+def test_split_records_refuse_bad_values():
+    with pytest.raises(ValueError, match="'lr'"):
+        SplitSchedule(rounds=1, steps=1, batch_size=1, lr=0.0)
+    with pytest.raises(ValueError, match="'edges'"):
+        SplitHierarchy(edges=((0,), ()))
 
 
 def test_hierfavg_with_one_edge_is_fedavg():

@@ -4,15 +4,19 @@ The model is cut into a base (client side) and a core (edge side) with
 :func:`repro.federated.split.split_sequential`.  Each round, every client of
 an edge runs ``steps`` split-learning steps (:func:`repro.federated.split.split_step`)
 with its edge, which trains its core on the activations pooled from all its
-clients; then the edge averages its clients' bases.  Every ``cloud_every``
+clients while each client's base descends its own loss; then the edge
+averages its clients' bases (:func:`edge_round`).  Every ``cloud_every``
 rounds the cloud averages the edges' cores (and, with ``share_bases``, their
 bases), weighted by the edges' samples, and broadcasts them.  Averages are
 Flower's ``aggregate_arrayrecords``.  Raw data never leave the clients and
 the cloud never sees activations.
 
 SplitFed, the split-learning baseline, is the same loop with one server
-(a single "edge" holding every client) synchronised every round
-(:meth:`SplitHierarchy.splitfed`).
+(a single "edge" holding every client) synchronised every round, where the
+server keeps one copy of the core per client, trained on that client's
+activations and averaged with the bases at the end of each round
+(:meth:`SplitHierarchy.splitfed`; SplitFed's SFLV1, as the FedDCT authors'
+``train_splitfed.py`` does).
 
 Everything beyond the abstract is our inference: whether bases are shared
 across edges (``share_bases``), the pooled core step, the aggregation
@@ -55,16 +59,53 @@ class SplitHierarchy:
         Rounds between two cloud aggregations.
     share_bases
         Average the bases across edges at the cloud too (else each edge keeps its own base).
+    server_copies
+        The server keeps one copy of the core per client, trained on that client's activations alone and
+        averaged with the bases at the end of the round (SplitFed's SFLV1, as the FedDCT authors'
+        ``train_splitfed.py``); else one core per edge descends the pooled loss of all its clients every step
+        (our reading of SFETEC).
     """
 
     edges: tuple[tuple[int, ...], ...]
     cloud_every: int = 1
     share_bases: bool = True
+    server_copies: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.edges or any(not edge for edge in self.edges):
+            raise ValueError(f"parameter 'edges': every edge needs at least one client, got {self.edges}")
+        if self.cloud_every < 1:
+            raise ValueError(f"parameter 'cloud_every': must be >= 1, got {self.cloud_every}")
 
     @classmethod
     def splitfed(cls, num_clients: int) -> SplitHierarchy:
-        """One server for every client, synchronised every round (SplitFed)."""
-        return cls(edges=(tuple(range(num_clients)),), cloud_every=1, share_bases=True)
+        """SplitFed (SFLV1): one server for every client, a core copy per client, synchronised every round."""
+        return cls(edges=(tuple(range(num_clients)),), cloud_every=1, share_bases=True, server_copies=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitSchedule:
+    """The local training of a split run.
+
+    Attributes
+    ----------
+    rounds
+        Rounds (each: ``steps`` split steps per client, then the edge's averages).
+    steps, batch_size, lr
+        Split steps per round, per-client batch, SGD learning rate (no momentum).
+    """
+
+    rounds: int
+    steps: int
+    batch_size: int
+    lr: float
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"parameter {name!r}: must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"parameter 'lr': must be > 0, got {self.lr}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +132,59 @@ def weighted_average(models: Sequence[dict[str, np.ndarray]], weights: Sequence[
     return from_arrayrecord(aggregate_arrayrecords(records, "n"))
 
 
+Batch = tuple[torch.Tensor, torch.Tensor]
+"""One client's ``(inputs, labels)`` for one split step."""
+
+
+def edge_round(model: torch.nn.Sequential, cut: int, batches: Sequence[Sequence[Batch]], weights: Sequence[float],
+               lr: float, server_copies: bool = False) -> Exchange:
+    """One round of one edge: every client's split steps, then the sample-weighted averages, in place in ``model``.
+
+    Parameters
+    ----------
+    model
+        The edge's model (base and core), which every client starts from; it ends as the average.
+    cut
+        Index of the first core module.
+    batches
+        ``batches[i][t]``: client ``i``'s batch at step ``t`` (every client the same number of steps).
+    weights
+        Each client's weight in the averages (its samples).
+    lr
+        SGD learning rate (no momentum) of bases and cores.
+    server_copies
+        One core copy per client trained on its own activations and averaged at the end
+        (:attr:`SplitHierarchy.server_copies`); else one core descends the pooled loss every step.
+
+    Returns
+    -------
+    Exchange
+        Bytes moved between the clients and the server this round, all clients: the split steps' activations,
+        labels and gradients, and each client's base up and down at the average.
+    """
+    if len({len(b) for b in batches}) != 1:
+        raise ValueError("parameter 'batches': every client must run the same number of steps")
+    base, core = split_sequential(model, cut)
+    bases = [copy.deepcopy(base) for _ in batches]
+    opts = [torch.optim.SGD(b.parameters(), lr=lr) for b in bases]
+    cores = [copy.deepcopy(core) for _ in batches] if server_copies else [core]
+    core_opts = [torch.optim.SGD(c.parameters(), lr=lr) for c in cores]
+    traffic = Exchange(up=0, down=0)
+    for step in range(len(batches[0])):
+        clients = [SplitBatch(base=bases[i], optimizer=opts[i], x=b[step][0], y=b[step][1]) for i, b in enumerate(batches)]
+        groups = [([c], i) for i, c in enumerate(clients)] if server_copies else [(clients, 0)]
+        for members, k in groups:
+            _, exchanged = split_step(members, cores[k], core_opts[k])
+            for ex in exchanged:
+                traffic = traffic + ex
+    averaged = weighted_average([get_weights(b) for b in bases], weights)
+    if server_copies:
+        averaged.update(weighted_average([get_weights(c) for c in cores], weights))
+    set_weights(model, averaged)
+    base_bytes = len(batches) * sum(v.size for v in get_weights(base).values()) * FLOAT_BYTES
+    return traffic + Exchange(up=base_bytes, down=base_bytes)
+
+
 @dataclass(kw_only=True)
 class SplitHistory:
     """Accuracy at each evaluated round, the traffic of every round, and the cloud's model at the end."""
@@ -101,8 +195,8 @@ class SplitHistory:
     final: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, rounds: int, steps: int, batch_size: int,
-                       lr: float, seed: int, eval_rounds: Sequence[int], device: str = "cpu") -> SplitHistory:
+def run_split_training(spec: TaskSpec, *, cut: int, hierarchy: SplitHierarchy, schedule: SplitSchedule, seed: int,
+                       eval_rounds: Sequence[int], device: str = "cpu") -> SplitHistory:
     """Train with SFETEC's hierarchy (or SplitFed's) and evaluate the cloud's model.
 
     Parameters
@@ -112,9 +206,9 @@ def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, roun
     cut
         Index of the first core module in the ``nn.Sequential``.
     hierarchy
-        Edges, cloud period and base sharing.
-    rounds, steps, batch_size, lr
-        Rounds, split steps per round, per-client batch, SGD learning rate (no momentum).
+        Edges, cloud period, base sharing and whether the server keeps a core copy per client.
+    schedule
+        Rounds, split steps per round, per-client batch and learning rate.
     seed
         Run seed (init; batches are drawn per client and round from it).
     eval_rounds
@@ -133,6 +227,7 @@ def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, roun
     models = [build_model(spec, seed).to(dev) for _ in hierarchy.edges]  # edge e's base (its clients' start) and core
     for m in models:
         set_weights(m, init)
+    base_keys = set(get_weights(split_sequential(models[0], cut)[0]))
     history = SplitHistory(rounds=[], accuracy=[], traffic=[])
     probe = build_model(spec, seed)
 
@@ -141,34 +236,23 @@ def run_split_training(spec: TaskSpec, cut: int, hierarchy: SplitHierarchy, roun
         history.rounds.append(r)
         history.accuracy.append(evaluate(spec, probe)["accuracy"])
 
+    def draw(p: int, r: int) -> list[Batch]:
+        x, y = data[p]
+        rng = np.random.default_rng(client_seed(round_seed(seed, r), p))
+        picks = [rng.choice(len(y), size=min(schedule.batch_size, len(y)), replace=False) for _ in range(schedule.steps)]
+        return [(torch.from_numpy(x[i]).to(dev), torch.from_numpy(y[i]).to(dev)) for i in picks]
+
     if 0 in eval_rounds:
         evaluate_cloud(0)
-    for r in range(1, rounds + 1):
+    for r in range(1, schedule.rounds + 1):
         traffic, cloud_bytes = Exchange(up=0, down=0), 0
         for e, edge in enumerate(hierarchy.edges):
-            base, core = split_sequential(models[e], cut)
-            bases = {p: copy.deepcopy(base) for p in edge}  # every client starts from its edge's base
-            core_opt = torch.optim.SGD(core.parameters(), lr=lr)
-            opts = {p: torch.optim.SGD(bases[p].parameters(), lr=lr) for p in edge}
-            rngs = {p: np.random.default_rng(client_seed(round_seed(seed, r), p)) for p in edge}
-            for _ in range(steps):
-                batch = []
-                for p in edge:
-                    x, y = data[p]
-                    idx = rngs[p].choice(len(y), size=min(batch_size, len(y)), replace=False)
-                    batch.append(SplitBatch(base=bases[p], optimizer=opts[p], x=torch.from_numpy(x[idx]).to(dev),
-                                            y=torch.from_numpy(y[idx]).to(dev)))
-                _, exchanged = split_step(batch, core, core_opt)
-                for ex in exchanged:
-                    traffic = traffic + ex
-            base_avg = weighted_average([get_weights(bases[p]) for p in edge], [size[p] for p in edge])
-            set_weights(models[e], base_avg)
-            base_bytes = len(edge) * sum(v.size for v in base_avg.values()) * FLOAT_BYTES
-            traffic = traffic + Exchange(up=base_bytes, down=base_bytes)
+            traffic = traffic + edge_round(models[e], cut, [draw(p, r) for p in edge], [size[p] for p in edge],
+                                           schedule.lr, hierarchy.server_copies)
         if r % hierarchy.cloud_every == 0 and len(hierarchy.edges) > 1:
             weights = [get_weights(m) for m in models]
             cloud = weighted_average(weights, edge_size)
-            shared = [k for k in cloud if hierarchy.share_bases or k not in base_avg]
+            shared = [k for k in cloud if hierarchy.share_bases or k not in base_keys]
             for m, w in zip(models, weights):
                 set_weights(m, {k: cloud[k] if k in shared else w[k] for k in w})
             cloud_bytes = 2 * len(models) * sum(cloud[k].size for k in shared) * FLOAT_BYTES

@@ -6,13 +6,16 @@ client runs its ``base`` on a batch and sends the cut-layer activations and
 labels to the server holding ``core``; the server concatenates the
 activations of all its clients (one client in plain split learning, all
 clients of an edge in SFETEC), runs the core forward and backward on the
-pooled batch, updates the core, and sends each client the gradient of the
-loss with respect to its own activations; each client back-propagates that
-gradient through its base and updates it.  Autograd does the arithmetic; the
-cut only detaches the graph, so the gradients equal end-to-end back-propagation
-through the unsplit model on the pooled batch (tested).
+pooled batch and updates the core with the gradient of the pooled mean loss;
+it sends each client the gradient of *that client's own* mean loss with
+respect to its activations, and the client back-propagates it through its
+base and updates it.  So the core takes the step of centralised SGD on the
+pooled batch, and each base the step its client would take alone, as in
+SplitFed (Thapa et al.), where every client's server-side copy is trained on
+its own loss.  Autograd does the arithmetic; the cut only detaches the graph
+(tested against back-propagation through the unsplit model).
 
-Shared by the SFETEC chapter and SplitFed baselines.
+Shared by the SFETEC chapter and the SplitFed baselines of SFETEC and FedDCT.
 """
 
 from __future__ import annotations
@@ -68,7 +71,13 @@ def split_step(clients: Sequence[SplitBatch], core: torch.nn.Module, core_optimi
                ) -> tuple[float, list[Exchange]]:
     """One split-learning SGD step of ``clients`` sharing one server-side ``core``.
 
-    The loss is the mean cross-entropy over the pooled batch.
+    The core descends the mean cross-entropy over the pooled batch.  Each
+    client's base descends the mean cross-entropy over *its own* batch: the
+    gradient the server sends down is that of the client's own loss, which is
+    the pooled loss's gradient times ``pooled / own`` batch size (a client's
+    activations enter the pooled mean only through its own share of it).
+    Sending the pooled loss's gradient instead would move each of ``k``
+    equal clients by ``1/k`` of its own step.
 
     Returns
     -------
@@ -88,10 +97,13 @@ def split_step(clients: Sequence[SplitBatch], core: torch.nn.Module, core_optimi
     loss = torch.nn.functional.cross_entropy(logits, torch.cat([c.y for c in clients]))
     loss.backward()
     core_optimizer.step()
+    pooled = sum(len(c.y) for c in clients)
     exchanges = []
     for c, out, act in zip(clients, cut_outputs, received):
-        out.backward(act.grad)  # the gradient sent down, back-propagated through the base
+        assert act.grad is not None
+        own = act.grad * (pooled / len(c.y))  # d(own mean loss)/d(own activations), what is sent down
+        out.backward(own)
         c.optimizer.step()
         exchanges.append(Exchange(up=act.numel() * FLOAT_BYTES + c.y.numel() * LABEL_BYTES,
-                                  down=act.grad.numel() * FLOAT_BYTES))
+                                  down=own.numel() * FLOAT_BYTES))
     return float(loss.item()), exchanges

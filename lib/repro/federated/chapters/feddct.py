@@ -43,7 +43,7 @@ from repro.federated.fedgkt import KD_WEIGHT, SERVER_EPOCHS, TEMPERATURE, FedGKT
 from repro.federated.figures import mean_sd, seed_sd, tuned_accuracy_curves
 from repro.federated.regularised import make_regularised_client_app
 from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
-from repro.federated.sfetec import SplitHierarchy, run_split_training
+from repro.federated.sfetec import SplitHierarchy, SplitSchedule, run_split_training
 from repro.federated.split import split_sequential
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec, build_model
@@ -163,8 +163,9 @@ def run(job: DctRun) -> dict[str, Any]:
         return run_fedgkt(job)
     n, local, cfg = job.spec.num_clients, job.local, job.run_config
     if job.method == "splitfed_large":
-        split = run_split_training(job.spec, CUT, SplitHierarchy.splitfed(n), job.rounds, job.tau, job.sgd.batch_size,
-                                   job.sgd.lr, job.seed, eval_schedule(job.rounds, job.eval_every), device=job.device)
+        schedule = SplitSchedule(rounds=job.rounds, steps=job.tau, batch_size=job.sgd.batch_size, lr=job.sgd.lr)
+        split = run_split_training(job.spec, cut=CUT, hierarchy=SplitHierarchy.splitfed(n), schedule=schedule,
+                                   seed=job.seed, eval_rounds=eval_schedule(job.rounds, job.eval_every), device=job.device)
         hist, final = History(rounds=split.rounds, accuracy=split.accuracy), split.final
     else:
         if job.method in ("feddct", "clustered_large"):

@@ -20,7 +20,7 @@ from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import central_evaluator, eval_schedule, initial_arrays, run_federated
 from repro.federated.figures import accuracy_band
 from repro.federated.hierfavg import HierFAVG
-from repro.federated.sfetec import CostModel, RoundTraffic, SplitHierarchy, run_split_training, training_flops
+from repro.federated.sfetec import CostModel, RoundTraffic, SplitHierarchy, SplitSchedule, run_split_training, training_flops
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model, planted_clusters
 from repro.federated.tiers import FLOAT_BYTES, linear_layers
@@ -132,8 +132,9 @@ def run(job: SfetecRun) -> RunRecord:
     else:
         hierarchy = (SplitHierarchy.splitfed(clients) if job.method == "splitfed"
                      else SplitHierarchy(edges=job.edges(), cloud_every=job.cloud_every, share_bases=job.share_bases))
-        split = run_split_training(job.spec, CUT, hierarchy, job.rounds, job.steps, job.batch_size, job.lr, job.seed,
-                                   sched, device=job.device)
+        schedule = SplitSchedule(rounds=job.rounds, steps=job.steps, batch_size=job.batch_size, lr=job.lr)
+        split = run_split_training(job.spec, cut=CUT, hierarchy=hierarchy, schedule=schedule, seed=job.seed,
+                                   eval_rounds=sched, device=job.device)
         rounds, acc = split.rounds, split.accuracy
         up = float(np.mean([t.client_up for t in split.traffic]))
         down = float(np.mean([t.client_down for t in split.traffic]))
