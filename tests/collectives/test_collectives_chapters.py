@@ -63,31 +63,68 @@ def test_striped_2dfc_is_bandwidth_optimal(k: int) -> None:
             assert max(step.values()) == math.ceil(k * m / 2)
 
 
-def test_chapter_claim_functions() -> None:
-    """Claims are computed from the table.
+def _params(chapter_id: str, **override: object) -> params.ChapterParams:
+    """The chapter's checked ``Params`` at the smoke profile with ``override`` applied."""
+    ch = load_registry().get(chapter_id)
+    built = params.build_params(ch, params.resolve(ch, "smoke", dict(override)))
+    assert built is not None
+    return built
 
-    The 'existing' speed-up takes the fastest conventional algorithm, reductions are percent of the baseline,
-    DLN claims read the hop table.
+
+def test_a2a_claims_are_one_value_at_the_judged_block() -> None:
+    """Each claim is one value (deterministic) read at judged_kb, not one per block size.
+
+    The 'existing' speed-up takes the fastest conventional algorithm, with the model's time where the
+    algorithm was not simulated. The old claims() returned one value per block size.
     """
     df = pd.DataFrame({"algorithm": ["2dfc:rows=2", "two_phase:rows=2", "linear", "pairwise", "bruck"] * 2,
-                       "nbytes": [1] * 5 + [2] * 5, "p": 4,
+                       "nbytes": [1024] * 5 + [2048] * 5, "p": 4,
                        "sim_s": [1.0, 2.0, 1.1, 5.0, 3.0, 2.0, 3.0, 2.0, np.nan, 8.0],
-                       "model_s": [9.0] * 8 + [9.0, 9.0]})  # pairwise not simulated at 2: its model time counts
-    got = a2a_2dfc.claims(df, 2, ["pairwise", "bruck"])
-    assert got == {"speedup_vs_existing": [3.0, 4.0], "speedup_vs_topology_aware": [2.0, 1.5],
-                   "speedup_vs_direct": [1.1, 1.0]}
-    ml = pd.DataFrame({"nodes": [2] * 4, "nbytes": 8, "sim_s": [10.0, 6.0, 5.0, 4.5],
-                       "energy_J": [100.0, 70.0, 60.0, 55.0],
-                       "algorithm": ["ring", "lr_lr:k=4", "lr_rab:k=4", "lr_lr_pipe:k=4,segments=2"]})
-    claims = multileader_allreduce.claims(ml, 4, [2])
-    assert claims["lr_lr_vs_lr"] == [pytest.approx(40.0)] and claims["lr_rab_vs_lr"] == [pytest.approx(50.0)]
-    assert claims["pipe_vs_lr_lr"] == [pytest.approx(25.0)] and claims["energy_lr_rab_vs_lr"] == [pytest.approx(40.0)]
-    hops = pd.concat([dln_allreduce.hop_profile(16, 4, net) for net in ("dln", "dln_mitigated")])
-    dl = pd.DataFrame({"algorithm": "rabenseifner", "p": 16, "nbytes": 8,
-                       "network": ["dln", "dln_mitigated", "fat_tree", "fat_tree_tapered", "fat_tree_equal_links"],
-                       "sim_s": [4.0, 1.0, 1.1, 2.0, 1.25]})
-    assert dln_allreduce.claims(dl, hops) == {"fixed_path_length": [1], "contention_free": [1],
-                                    "dln_vs_fat_tree": [pytest.approx(20.0)]}
+                       "model_s": [9.0] * 8 + [9.0, 9.0]})  # pairwise not simulated at 2 KiB: its model time counts
+    at2 = _params("a2a-2dfc", rows=2, cols=2, sizes_kb=[1.0, 2.0], judged_kb=2.0, conventional=["pairwise", "bruck"])
+    got = a2a_2dfc.claims(a2a_2dfc.Results(params=at2, table=df, exactness=pd.DataFrame()))
+    assert got == {"speedup_vs_existing": [4.0], "speedup_vs_topology_aware": [1.5], "speedup_vs_direct": [1.0]}
+    at1 = _params("a2a-2dfc", rows=2, cols=2, sizes_kb=[1.0, 2.0], judged_kb=1.0, conventional=["pairwise", "bruck"])
+    got = a2a_2dfc.claims(a2a_2dfc.Results(params=at1, table=df, exactness=pd.DataFrame()))
+    assert got == {"speedup_vs_existing": [3.0], "speedup_vs_topology_aware": [2.0], "speedup_vs_direct": [1.1]}
+
+
+def test_multileader_claims_read_the_judged_configuration() -> None:
+    """Reductions are percent of the baseline, at judged_nodes and judged_mb only (one value each)."""
+    mib = 2**20
+    times = {(2, 1.0): (10.0, 6.0, 5.0, 4.5), (4, 1.0): (10.0, 8.0, 7.0, 7.0), (4, 4.0): (10.0, 9.0, 8.0, 8.5)}
+    rows = [dict(nodes=nodes, nbytes=int(mb * mib), algorithm=algo, sim_s=t, energy_J=e)
+            for (nodes, mb), ts in times.items()
+            for algo, t, e in zip(("ring", "lr_lr:k=4", "lr_rab:k=4", "lr_lr_pipe:k=4,segments=2"), ts,
+                                  (100.0, 70.0, 60.0, 55.0))]
+    df = pd.DataFrame(rows)
+    prm = _params("multileader-allreduce", nodes=[2, 4], sizes_mb=[1.0, 4.0], sim_sizes_mb=[1.0, 4.0],
+                  judged_nodes=2, judged_mb=1.0, segments=[2])
+    res = multileader_allreduce.Results(params=prm, table=df, sweep=pd.DataFrame(), exactness=pd.DataFrame())
+    got = multileader_allreduce.claims(res)
+    assert got["lr_lr_vs_lr"] == [pytest.approx(40.0)] and got["lr_rab_vs_lr"] == [pytest.approx(50.0)]
+    assert got["pipe_vs_lr_lr"] == [pytest.approx(25.0)] and got["energy_lr_rab_vs_lr"] == [pytest.approx(40.0)]
+    prm4 = _params("multileader-allreduce", nodes=[2, 4], sizes_mb=[1.0, 4.0], sim_sizes_mb=[1.0, 4.0],
+                   judged_nodes=4, judged_mb=4.0, segments=[2])
+    got4 = multileader_allreduce.claims(
+        multileader_allreduce.Results(params=prm4, table=df, sweep=pd.DataFrame(), exactness=pd.DataFrame()))
+    assert got4["lr_lr_vs_lr"] == [pytest.approx(10.0)] and all(len(v) == 1 for v in got4.values())
+
+
+def test_dln_claims_are_one_value_each() -> None:
+    """The structural claims take the worst step over every host count; the saving is read at the judged point."""
+    hops = pd.concat([dln_allreduce.hop_profile(p, 4, net) for p in (16, 32) for net in ("dln", "dln_mitigated")])
+    nets = ["dln", "dln_mitigated", "fat_tree", "fat_tree_tapered", "fat_tree_equal_links"]
+    dl = pd.DataFrame({"algorithm": "rabenseifner", "p": [16] * 5 + [32] * 5, "nbytes": 16 * 2**20,
+                       "network": nets * 2, "sim_s": [4.0, 1.0, 1.1, 2.0, 1.25, 4.0, 1.0, 1.1, 2.0, 2.0]})
+    prm = _params("dln-allreduce", nodes=[16, 32], judged_nodes=16)
+    res = dln_allreduce.Results(params=prm, table=dl, hops=hops, latency_sweep=pd.DataFrame(), exactness=pd.DataFrame())
+    assert dln_allreduce.claims(res) == {"fixed_path_length": [1.0], "contention_free": [1.0],
+                                         "dln_vs_fat_tree": [pytest.approx(20.0)]}
+    prm32 = _params("dln-allreduce", nodes=[16, 32], judged_nodes=32)
+    res32 = dln_allreduce.Results(params=prm32, table=dl, hops=hops, latency_sweep=pd.DataFrame(),
+                                  exactness=pd.DataFrame())
+    assert dln_allreduce.claims(res32)["dln_vs_fat_tree"] == [pytest.approx(50.0)]
 
 
 def test_sweeps_simulate_only_what_is_asked() -> None:
@@ -96,11 +133,15 @@ def test_sweeps_simulate_only_what_is_asked() -> None:
     assert [(p.spec, p.nbytes, p.simulate) for p in pts] == [
         ("2dfc:rows=4", 1024, True), ("2dfc:rows=4", 2048, True), ("two_phase:rows=4", 1024, True),
         ("two_phase:rows=4", 2048, True), ("pairwise", 1024, False), ("pairwise", 2048, False)]
-    pts = dln_allreduce.points([8, 16], 4, [1.0, 2.0], ["dln", "fat_tree"], [8], 1e9, 1e-6, 0.0, sim_sizes_mb=[2.0])
-    assert len(pts) == 2 * (2 + 1) * 2
-    assert {(p.spec, p.p, p.nbytes) for p in pts if p.simulate} == {
+    prm = _params("dln-allreduce", nodes=[8, 16], sizes_mb=[1.0, 2.0], sim_sizes_mb=[2.0], networks=["dln", "dln_mitigated",
+                  "fat_tree_equal_links", "fat_tree"], ring_nodes=[8], judged_nodes=8, judged_mb=2.0, hosts_per_switch=4)
+    pts = dln_allreduce.points(prm, sim_sizes_mb=prm.sim_sizes_mb)
+    assert len(pts) == 2 * (4 + 1) * 2
+    assert {(p.spec, p.p, p.nbytes) for p in pts if p.simulate and p.tags == (("network", "fat_tree"),)} == {
         ("rabenseifner", 8, 2 * 2**20), ("rabenseifner", 16, 2 * 2**20), ("ring", 8, 2 * 2**20)}
-    pts = multileader_allreduce.points([2], 4, [1.0, 4.0], [4.0], [2], ["ring"])
+    ml = _params("multileader-allreduce", nodes=[2], sizes_mb=[1.0, 4.0], sim_sizes_mb=[4.0], judged_nodes=2,
+                 judged_mb=4.0, segments=[2], baselines=["ring"])
+    pts = multileader_allreduce.points(ml)
     assert [p.spec for p in pts if p.simulate] == ["ring", "lr_lr:k=4", "lr_rab:k=4", "lr_lr_pipe:k=4,segments=2"]
     assert all(p.p == 8 for p in pts)
 
@@ -108,14 +149,28 @@ def test_sweeps_simulate_only_what_is_asked() -> None:
 @pytest.mark.parametrize("chapter,override,named", [
     ("multileader-allreduce", {"baselines": ["rabenseifner"]}, "'baselines'"),
     ("multileader-allreduce", {"nics_per_node": 3}, "'nics_per_node'"),
+    ("multileader-allreduce", {"judged_nodes": 8}, "'judged_nodes'"),
+    ("multileader-allreduce", {"judged_mb": 4.0}, "'judged_mb'"),
     ("a2a-2dfc", {"mpi_rows": 3}, "'mpi_rows'"),
     ("a2a-2dfc", {"sim_algorithms": ["2dfc", "two_phase"]}, "'sim_algorithms'"),
+    ("a2a-2dfc", {"judged_kb": 8.0}, "'judged_kb'"),
     ("dln-allreduce", {"nodes": [12, 32]}, "'nodes'"),
     ("dln-allreduce", {"ring_nodes": [64]}, "'ring_nodes'"),
+    ("dln-allreduce", {"judged_nodes": 64}, "'judged_nodes'"),
+    ("dln-allreduce", {"judged_mb": 4.0}, "'judged_mb'"),
     ("kautz-fpga", {"df_groups": 5}, "'df_groups'"),
+    ("kautz-fpga", {"placements": [1, 2]}, "'placements'"),
+    ("hamming-fec", {"hosts_per_leaf": 3}, "'hosts_per_leaf'"),
+    ("hamming-fec", {"placements": [3]}, "'placements'"),
+    ("hamming-fec", {"hosts_per_leaf": 8}, "'hosts_per_leaf'"),
+    ("sparse-allreduce", {"judged_density": 0.5}, "'judged_density'"),
+    ("sparse-allreduce", {"densities": [0.5, 0.015625]}, "'densities'"),
+    ("sparse-allreduce", {"dim": 4}, "'dim'"),
+    ("sparse-allreduce", {"mpi_ranks": 6}, "'mpi_ranks'"),
+    ("sparse-allreduce", {"algorithms": ["dense_ring_ring", "sparse_ring_ring"]}, "'algorithms'"),
 ])
-def test_registry_checks_refuse_inconsistent_parameters(chapter: str, override: dict, named: str) -> None:
-    """Every profile passes its chapter's cross-field checks; breaking one names the parameter before any kernel."""
+def test_params_checks_refuse_inconsistent_parameters(chapter: str, override: dict, named: str) -> None:
+    """Every profile passes its chapter's Params.checks(); breaking one names the parameter before any kernel."""
     ch = load_registry().get(chapter)
     profiles = params.load_profiles(ch)
     for values in profiles.values():
@@ -153,3 +208,59 @@ def test_dln_fair_fat_tree_has_the_dln_link_count_and_one_switch_latency_per_swi
     pf = build_platform(dln_allreduce.platform("fat_tree", 16, 4, 1e10, 1e-6, 1e-7))
     assert pf.hops(0, 15) == 4 and pf.route_latency(0, 15) == pytest.approx(4e-6 + 3e-7)  # 3 switches crossed
     assert pf.hops(0, 1) == 2 and pf.route_latency(0, 1) == pytest.approx(2e-6 + 1e-7)  # 1 switch crossed
+
+
+def test_kautz_claims_are_judged_at_the_contiguous_placement_once() -> None:
+    """One value per claim, read at placement 0; the old claims() copied the graph facts once per seed."""
+    from repro.collectives.chapters import kautz_fpga
+
+    sp = pd.DataFrame({"bytes": [8, 1024, 8, 1024], "seed": [0, 0, 1, 1], "speedup": [3.0, 5.0, 2.0, 9.0],
+                       "multiport_gain": [1.0, 4.0, 1.0, 4.0], "kautz_s": 1.0, "dragonfly_best_s": 1.0,
+                       "dragonfly_best": "x"})
+    structure = {"nodes": 12.0, "degree": 3.0, "diameter": 2.0, "wavelengths": 3.0, "awgs": 4.0, "collision_free": 1.0}
+    prm = _params("kautz-fpga", placements=[0, 1])
+    res = kautz_fpga.Results(params=prm, table=pd.DataFrame(), speedups=sp, structure=structure, ports=pd.DataFrame(),
+                             exactness=pd.DataFrame())
+    assert kautz_fpga.claims(res) == {"speedup_vs_dragonfly_max": [5.0], "speedup_vs_dragonfly_smallest": [3.0],
+                                      "multiport_gain_largest": [4.0], "fpgas_diameter2": [12.0],
+                                      "wdm_resources_ratio": [1.0]}
+
+
+def test_hamming_claims_are_judged_at_the_in_order_placement_once() -> None:
+    """npb_mean_improvement is the mean over kernels at placement 0, recorded once (not once per placement)."""
+    imp = pd.DataFrame({"kernel": ["CG", "LU", "CG", "LU"], "seed": [0, 0, 1, 1],
+                        "improvement_pct": [1.0, 3.0, 10.0, 20.0]})
+    acc = pd.DataFrame({"code": "hamming_secded", "raw_ber": 1e-9, "kernel": ["CG", "LU"], "accepted": [True, False]})
+    prm = _params("hamming-fec", placements=[0, 1], raw_ber=1e-9)
+    res = hamming_fec.Results(params=prm, curves=pd.DataFrame(), monte_carlo=pd.DataFrame(), runs=pd.DataFrame(),
+                              improvements=imp, acceptability=acc)
+    got = hamming_fec.claims(res)
+    assert got["npb_mean_improvement"] == [2.0] and got["apps_accept_hamming"] == [50.0]
+    assert len(got["rs_fec_vs_switch"]) == 1 and got["rs_fec_vs_switch"][0] > 1
+
+
+def test_hamming_modelled_claim_far_below_the_paper_is_outside_the_band() -> None:
+    """A modelled claim with a paper number is set against it: 1.73% against the paper's 56% is outside the band."""
+    from repro.verdicts import MODELLED_OUTSIDE, judge
+
+    claim = load_registry().get("hamming-fec").claim("npb_mean_improvement")
+    assert claim.kind == "modelled" and claim.deterministic
+    assert judge(claim, [1.73], profile="cpu").verdict == MODELLED_OUTSIDE
+
+
+def test_sparse_claims_read_the_judged_density() -> None:
+    """The speed-ups are read at judged_density (not at the lowest density), the overhead at density 1."""
+    from repro.collectives.chapters import sparse_allreduce
+
+    rows = []
+    for seed in (0, 1):
+        for dens, dense_t, sparse_t, split_t in ((1.0, 2.0, 2.2, 3.0), (0.5, 2.0, 1.0, 1.5), (0.25, 2.0, 0.5, 2.0)):
+            rows += [dict(algorithm="dense_ring_ring", density=dens, seed=seed, time_s=dense_t),
+                     dict(algorithm="sparse_ring_ring", density=dens, seed=seed, time_s=sparse_t),
+                     dict(algorithm="sparse_split_ag", density=dens, seed=seed, time_s=split_t)]
+    prm = _params("sparse-allreduce", densities=[1.0, 0.5, 0.25], judged_density=0.5)
+    got = sparse_allreduce.claims(sparse_allreduce.Results(params=prm, table=pd.DataFrame(rows),
+                                                           exactness=pd.DataFrame()))
+    assert got["rr_speedup_vs_dense_low_density"] == [2.0, 2.0]
+    assert got["rr_overhead_at_density_1"] == [pytest.approx(1.1)] * 2
+    assert got["rr_speedup_vs_sparcml_low_density"] == [1.5, 1.5]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from repro.collectives.phases import (
     Chunk,
+    Layout,
     Phase,
     binomial_bcast,
     binomial_reduce,
@@ -47,8 +48,8 @@ from repro.hpc.ir import Schedule, split_lengths
 
 def _allreduce(phase: Phase, name: str, p: int, n: int, lengths: list[int], **params: object) -> Schedule:
     blocks = tuple(range(len(lengths)))
-    return finalize(phase, name=name, kind="allreduce", p=p, n=n, block_lengths=lengths,
-                    input_blocks=blocks, output_blocks=blocks, params=params)
+    return finalize(phase, Layout(name=name, kind="allreduce", p=p, n=n, block_lengths=lengths,
+                                  input_blocks=blocks, output_blocks=blocks, params=params))
 
 
 def _check(p: int, n: int) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from repro.collectives.phases import Phase, finalize, local_copy, new_phase, transfer
+from repro.collectives.phases import Layout, Phase, finalize, local_copy, new_phase, transfer
 from repro.hpc.ir import Schedule
 
 
@@ -41,8 +41,8 @@ def _check(p: int, m: int) -> None:
 
 def _alltoall(ph: Phase, name: str, p: int, m: int, lengths: list[int], inputs: range,
               outputs: range, **params: object) -> Schedule:
-    return finalize(ph, name=name, kind="alltoall", p=p, n=m, block_lengths=lengths,
-                    input_blocks=tuple(inputs), output_blocks=tuple(outputs), params=params)
+    return finalize(ph, Layout(name=name, kind="alltoall", p=p, n=m, block_lengths=lengths,
+                               input_blocks=tuple(inputs), output_blocks=tuple(outputs), params=params))
 
 
 def linear(p: int, m: int) -> Schedule:

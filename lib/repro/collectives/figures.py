@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import matplotlib.pyplot as plt
@@ -9,10 +10,33 @@ import numpy as np
 import pandas as pd
 
 
+@dataclass(frozen=True, kw_only=True)
+class SeriesStyle:
+    """How :func:`sim_vs_model` draws its axes and names its lines and panels.
+
+    Attributes
+    ----------
+    xlabel, xscale:
+        Axis label and divisor applied to ``x``.
+    xlog, ylog:
+        Logarithmic axes.
+    label, title:
+        Turn a series value into a legend label, a facet value into a panel title.
+    ncols:
+        Panels per row.
+    """
+
+    xlabel: str
+    xscale: float = 1.0
+    xlog: bool = True
+    ylog: bool = True
+    label: Callable[[str], str] = str
+    title: Callable[[object], str] = str
+    ncols: int = 3
+
+
 def sim_vs_model(df: pd.DataFrame, x: str, series: str, facet: str | None = None, *,
-                 xlabel: str, xscale: float = 1.0, xlog: bool = True, ylog: bool = True,
-                 label: Callable[[str], str] = str, title: Callable[[object], str] = str,
-                 ncols: int = 3) -> plt.Figure:
+                 style: SeriesStyle) -> plt.Figure:
     """Time against ``x``: SimGrid (markers), route-aware alpha-beta (lines), closed form (dotted).
 
     Parameters
@@ -23,11 +47,10 @@ def sim_vs_model(df: pd.DataFrame, x: str, series: str, facet: str | None = None
     x, series, facet:
         Column on the x axis, column that makes one line per value, column
         that makes one panel per value (or ``None``).
-    xlabel, xscale:
-        Axis label and divisor applied to ``x``.
-    label, title:
-        Turn a series value into a legend label, a facet value into a panel title.
+    style:
+        Axis labels, scales and names (:class:`SeriesStyle`).
     """
+    xscale, label, title, ncols = style.xscale, style.label, style.title, style.ncols
     facets = [None] if facet is None else list(dict.fromkeys(df[facet]))
     nc = min(ncols, len(facets))
     nr = -(-len(facets) // nc)
@@ -49,11 +72,11 @@ def sim_vs_model(df: pd.DataFrame, x: str, series: str, facet: str | None = None
             sim = s[np.isfinite(s.sim_s)]
             ax.plot(sim[x].to_numpy() / xscale, sim.sim_s * 1e3, "o", color=c, ms=6 if i == 0 else 5, mfc="none",
                     zorder=z)
-        if xlog:
+        if style.xlog:
             ax.set_xscale("log", base=2)
-        if ylog:
+        if style.ylog:
             ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel(style.xlabel)
         ax.set_ylabel("time (ms)")
         if fv is not None:
             ax.set_title(title(fv))

@@ -102,11 +102,35 @@ def par(*phases: Phase) -> Phase:
     return par_at([(0, ph) for ph in phases])
 
 
-def finalize(phase: Phase, *, name: str, kind: str, p: int, n: int,
-             block_lengths: Sequence[int], input_blocks: Sequence[int],
-             output_blocks: Sequence[int], params: Mapping[str, object] | None = None,
-             check: bool = True) -> Schedule:
-    """Freeze a phase into a validated :class:`Schedule`, dropping empty steps."""
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """What a schedule is, apart from its steps: name, kind, ranks, length and blocks.
+
+    Attributes
+    ----------
+    name, kind:
+        The schedule's name and kind (``"allreduce"``, ``"alltoall"``).
+    p, n:
+        Ranks and vector length (elements).
+    block_lengths, input_blocks, output_blocks:
+        The blocks the vector is cut into, and which of them each rank holds before and after.
+    params:
+        The algorithm's parameters (recorded in the schedule).
+    """
+
+    name: str
+    kind: str
+    p: int
+    n: int
+    block_lengths: Sequence[int]
+    input_blocks: Sequence[int]
+    output_blocks: Sequence[int]
+    params: Mapping[str, object] = field(default_factory=dict)
+
+
+def finalize(phase: Phase, layout: Layout, *, check: bool = True) -> Schedule:
+    """Freeze a phase into a validated :class:`Schedule` of ``layout``, dropping empty steps."""
+    p = layout.p
     rows: list[tuple[Step, ...]] = []
     for step in phase:
         if not any(o.copies or o.sends or o.recvs for o in step.values()):
@@ -117,9 +141,10 @@ def finalize(phase: Phase, *, name: str, kind: str, p: int, n: int,
             o = step.get(r, Ops())
             row.append(Step(rank=r, index=s, copies=tuple(o.copies), sends=tuple(o.sends), recvs=tuple(o.recvs)))
         rows.append(tuple(row))
-    sched = Schedule(name=name, kind=kind, p=p, n=n, block_lengths=tuple(int(x) for x in block_lengths),
-                     input_blocks=tuple(input_blocks), output_blocks=tuple(output_blocks),
-                     steps=tuple(rows), params=dict(params or {}))
+    sched = Schedule(name=layout.name, kind=layout.kind, p=p, n=layout.n,
+                     block_lengths=tuple(int(x) for x in layout.block_lengths),
+                     input_blocks=tuple(layout.input_blocks), output_blocks=tuple(layout.output_blocks),
+                     steps=tuple(rows), params=dict(layout.params))
     if check:
         validate(sched)
     return sched

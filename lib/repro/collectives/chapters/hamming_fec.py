@@ -9,8 +9,14 @@
   :func:`acceptance_share` and :func:`half_acceptance_ber`: the share of kernels
   that accept a code against the assumed raw BER, and the BER at which half do
   (where the ``apps_accept_hamming`` verdict flips).
-* :func:`claims`: the values the ledger records; :func:`plot_ber`, :func:`plot_npb`,
+* :func:`claims`: the values the ledger records, one per claim: the network is
+  simulated deterministically, so every claim is judged at one named
+  configuration (ranks in order on the fat tree, placement 0); other placements
+  and the swept constants are figures.  :func:`plot_ber`, :func:`plot_npb`,
   :func:`plot_sensitivity` and :func:`plot_acceptance`: the figures.
+
+:class:`Params` holds the chapter's parameters; :func:`run` runs the chapter and
+returns :class:`Results`.
 """
 
 from __future__ import annotations
@@ -26,6 +32,12 @@ from repro.collectives import fec
 from repro.collectives.npb_skeletons import KERNELS, bytes_hops, fec_fat_tree, kernel_schedule, placement_for
 from repro.hpc.dragonfly import with_endpoint_overhead
 from repro.hpc.simgrid import simulate
+from repro.params import ChapterParams, require
+from repro.registry import BAND, load_registry
+
+CHAPTER = "hamming-fec"
+JUDGED_PLACEMENT = 0
+"""The rank placement every claim is judged at: ranks in order on the fat tree's hosts."""
 
 CODES = ("rs544", "hamming_sec", "hamming_secded", "none")
 FRAME_BYTES = fec.DATA_BITS_PER_FRAME / 8
@@ -66,6 +78,100 @@ class LinkModel:
         dec = {"rs544": self.rs_decode_ns, "hamming_sec": self.hamming_decode_ns,
                "hamming_secded": self.hamming_decode_ns, "none": 0.0}[code]
         return fec.fec_latency_ns(code, self.link_gbps, dec)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each)."""
+
+    kernels: tuple[str, ...]
+    p: int
+    hosts_per_leaf: int
+    spines: int
+    link_gbps: float
+    wire_ns: float
+    switch_ns: float
+    rs_decode_ns: float
+    hamming_decode_ns: float
+    alpha_us: float
+    gflops_per_rank: float
+    raw_ber: float
+    accept_errors: float
+    mc_bers: tuple[float, ...]
+    mc_frames: int
+    mc_rs_codewords: int
+    placements: tuple[int, ...]
+    seeds: tuple[int, ...]
+
+    def checks(self) -> None:
+        """Refuse impossible combinations before any simulation starts."""
+        require(self.p % self.hosts_per_leaf == 0, self, ("p", "hosts_per_leaf"), "hosts_per_leaf must divide p")
+        require(self.p // self.hosts_per_leaf >= 2, self, ("p", "hosts_per_leaf"),
+                "the fat tree needs at least two leaves (p / hosts_per_leaf >= 2)")
+        require(JUDGED_PLACEMENT in self.placements, self, "placements",
+                "placements must contain 0, the in-order placement every claim is judged at")
+        require(len(set(self.placements)) == len(self.placements), self, "placements", "placements must be distinct")
+        require(len(set(self.kernels)) == len(self.kernels), self, "kernels", "kernels must be distinct")
+        require(all(0 < b < 0.5 for b in self.mc_bers), self, "mc_bers",
+                "Monte-Carlo bit error rates must lie strictly between 0 and 0.5")
+
+    def link(self) -> LinkModel:
+        """The network constants of the run."""
+        return LinkModel(link_gbps=self.link_gbps, wire_ns=self.wire_ns, switch_ns=self.switch_ns,
+                         rs_decode_ns=self.rs_decode_ns, hamming_decode_ns=self.hamming_decode_ns,
+                         alpha_us=self.alpha_us)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
+
+    Attributes
+    ----------
+    params:
+        The parameters of the run.
+    curves, monte_carlo:
+        :func:`ber_curves` and :func:`monte_carlo_points` (the closed forms checked against the real codecs).
+    runs:
+        :func:`npb_sweep`, every kernel, placement and code.
+    improvements:
+        :func:`improvements` per kernel and placement.
+    acceptability:
+        :func:`acceptability` per kernel, code and raw BER.
+    """
+
+    params: Params
+    curves: pd.DataFrame
+    monte_carlo: pd.DataFrame
+    runs: pd.DataFrame
+    improvements: pd.DataFrame
+    acceptability: pd.DataFrame
+
+    @property
+    def share(self) -> pd.Series:
+        """Percent of kernels accepting Hamming SECDED per raw BER."""
+        return acceptance_share(self.acceptability)
+
+    @property
+    def flip_ber(self) -> float:
+        """The raw BER at which half of the kernels accept SECDED (``nan`` if the share never crosses half)."""
+        return half_acceptance_ber(self.share)
+
+    @property
+    def judged(self) -> pd.DataFrame:
+        """The improvements of the judged placement."""
+        return self.improvements[self.improvements.seed == JUDGED_PLACEMENT]
+
+
+def run(params: Params, *, progress: bool = True) -> Results:
+    """Closed forms and Monte-Carlo, the NPB-like sweep on the fat tree, improvements and acceptability."""
+    prm, link = params, params.link()
+    runs = npb_sweep(list(prm.kernels), prm.p, prm.hosts_per_leaf, prm.spines, link, prm.gflops_per_rank,
+                     list(prm.placements), progress=progress)
+    return Results(params=prm, curves=ber_curves(BER_GRID),
+                   monte_carlo=monte_carlo_points(list(prm.mc_bers), prm.mc_frames, prm.mc_rs_codewords, list(prm.seeds)),
+                   runs=runs, improvements=improvements(runs),
+                   acceptability=acceptability(runs, acceptance_bers(prm.raw_ber), prm.accept_errors))
 
 
 def ber_curves(bers: np.ndarray) -> pd.DataFrame:
@@ -183,7 +289,7 @@ def improvements(df: pd.DataFrame, rs_decode_ns: float | None = None, link: Link
 
 
 def acceptability(df: pd.DataFrame, bers: list[float], accept_errors: float) -> pd.DataFrame:
-    """Expected silently corrupted frames per run, per kernel, code and raw BER (seed 0's hop counts).
+    """Expected silently corrupted frames per run, per kernel, code and raw BER (the first placement's hop counts).
 
     A frame crossing ``h`` hops is decoded ``h`` times; the exposure is
     ``sum(bytes x hops) / bytes per frame`` frame-hops per run.
@@ -235,17 +341,37 @@ def half_acceptance_ber(share: pd.Series) -> float:
     return float("nan")
 
 
-def claims(imp: pd.DataFrame, acc: pd.DataFrame, link: LinkModel, raw_ber: float) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims."""
-    seeds = sorted(imp.seed.unique())
-    at = acc[(acc.code == "hamming_secded") & np.isclose(acc.raw_ber, raw_ber)]
-    share = 100.0 * at.accepted.mean()
+def claims(results: Results) -> dict[str, list[float]]:
+    """One value per claim at the judged configuration (ranks in order; deterministic)."""
+    prm, link, acc = results.params, results.params.link(), results.acceptability
+    at = acc[(acc.code == "hamming_secded") & np.isclose(acc.raw_ber, prm.raw_ber)]
     ratio = link.fec_ns("rs544") / link.switch_ns if link.switch_ns > 0 else float("inf")
     return {
-        "npb_mean_improvement": [float(imp[imp.seed == s].improvement_pct.mean()) for s in seeds],
-        "rs_fec_vs_switch": [float(ratio)] * len(seeds),
-        "apps_accept_hamming": [float(share)] * len(seeds),
+        "npb_mean_improvement": [float(results.judged.improvement_pct.mean())],
+        "rs_fec_vs_switch": [float(ratio)],
+        "apps_accept_hamming": [float(100.0 * at.accepted.mean())],
     }
+
+
+def decode_sweep(results: Results, decode_ns: tuple[float, ...] = RS_DECODE_SWEEP_NS) -> pd.DataFrame:
+    """Mean run-time and communication reductions at the judged placement for each assumed RS decode latency.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``rs_decode_ns, run_pct, comm_pct`` and ``in_band`` (the run-time reduction over the paper's number in the
+        book's band, :data:`repro.registry.BAND`).
+    """
+    claim = load_registry().get(CHAPTER).claim("npb_mean_improvement")
+    judged = results.runs[results.runs.seed == JUDGED_PLACEMENT]
+    rows = []
+    for ns in decode_ns:
+        imp = improvements(judged, ns, results.params.link())
+        run_pct = float(imp.improvement_pct.mean())
+        ratio = claim.ratio(run_pct)
+        rows.append(dict(rs_decode_ns=ns, run_pct=run_pct, comm_pct=float(imp.comm_improvement_pct.mean()),
+                         in_band=ratio is not None and BAND[0] <= ratio <= BAND[1]))
+    return pd.DataFrame(rows)
 
 
 def plot_ber(curves: pd.DataFrame, mc: pd.DataFrame) -> plt.Figure:
@@ -273,14 +399,25 @@ def plot_ber(curves: pd.DataFrame, mc: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def plot_npb(imp: pd.DataFrame, paper_value: float | None) -> plt.Figure:
-    """Headline figure: run time with Hamming FEC relative to RS-FEC, per kernel (and communication only)."""
+def plot_npb(results: Results) -> plt.Figure:
+    """Headline figure: run time with Hamming FEC relative to RS-FEC, per kernel (and communication only).
+
+    Bars are the judged placement (ranks in order); the error bars span every placement of the run.
+    """
+    imp = results.improvements
+    paper_value = load_registry().get(CHAPTER).claim("npb_mean_improvement").paper_value
+    judged = results.judged.set_index("kernel")
     agg = imp.groupby("kernel").agg(run=("improvement_pct", "mean"), run_sd=("improvement_pct", "std"),
                                     comm=("comm_improvement_pct", "mean"), comm_sd=("comm_improvement_pct", "std"))
     fig, ax = plt.subplots(figsize=(7, 3.8))
     x = np.arange(len(agg))
-    ax.bar(x - 0.2, agg.run, 0.4, yerr=agg.run_sd.fillna(0), label="run time (computation included)")
-    ax.bar(x + 0.2, agg.comm, 0.4, yerr=agg.comm_sd.fillna(0), label="communication time only")
+    lo = imp.groupby("kernel")[["improvement_pct", "comm_improvement_pct"]].min().loc[agg.index]
+    hi = imp.groupby("kernel")[["improvement_pct", "comm_improvement_pct"]].max().loc[agg.index]
+    run, comm = judged.improvement_pct.loc[agg.index], judged.comm_improvement_pct.loc[agg.index]
+    ax.bar(x - 0.2, run, 0.4, yerr=[run - lo.improvement_pct, hi.improvement_pct - run],
+           label="run time (computation included)")
+    ax.bar(x + 0.2, comm, 0.4, yerr=[comm - lo.comm_improvement_pct, hi.comm_improvement_pct - comm],
+           label="communication time only")
     if paper_value is not None:
         ax.axhline(paper_value, color="crimson", ls="--", label=f"paper: {paper_value:g}% (average)")
     ax.set_xticks(x, agg.index)
@@ -290,27 +427,22 @@ def plot_npb(imp: pd.DataFrame, paper_value: float | None) -> plt.Figure:
     return fig
 
 
-def plot_sensitivity(df: pd.DataFrame, link: LinkModel, decode_ns: list[float],
-                     paper_value: float | None = None, band: tuple[float, float] | None = None) -> plt.Figure:
-    """Mean reduction over kernels against the assumed RS decode latency.
+def plot_sensitivity(results: Results) -> plt.Figure:
+    """Mean reduction over kernels (judged placement) against the assumed RS decode latency.
 
-    With ``paper_value`` and ``band``, the band of run-time reductions that
-    would count as matching the paper is shaded, so the figure shows at which
-    decode latency the verdict of ``npb_mean_improvement`` flips.
+    The band of run-time reductions that would count as matching the paper (the book's band, from the
+    registry) is shaded, so the figure shows at which decode latency the verdict of
+    ``npb_mean_improvement`` would change.
     """
-    runs, comms = [], []
-    for ns in decode_ns:
-        imp = improvements(df, ns, link)
-        per_seed = imp.groupby("seed")[["improvement_pct", "comm_improvement_pct"]].mean()
-        runs.append(per_seed.improvement_pct.mean())
-        comms.append(per_seed.comm_improvement_pct.mean())
+    sweep = decode_sweep(results)
+    paper_value = load_registry().get(CHAPTER).claim("npb_mean_improvement").paper_value
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    ax.plot(decode_ns, runs, "-o", label="run time")
-    ax.plot(decode_ns, comms, "-s", label="communication only")
-    ax.axvline(link.rs_decode_ns, color="grey", ls=":", label="this run's assumption")
-    if paper_value is not None and band is not None:
-        ax.axhspan(band[0] * paper_value, band[1] * paper_value, color="crimson", alpha=0.12,
-                   label=f"{band[0]:g}–{band[1]:g}× the paper's {paper_value:g}%")
+    ax.plot(sweep.rs_decode_ns, sweep.run_pct, "-o", label="run time")
+    ax.plot(sweep.rs_decode_ns, sweep.comm_pct, "-s", label="communication only")
+    ax.axvline(results.params.rs_decode_ns, color="grey", ls=":", label="this run's assumption")
+    if paper_value is not None:
+        ax.axhspan(BAND[0] * paper_value, BAND[1] * paper_value, color="crimson", alpha=0.12,
+                   label=f"{BAND[0]:g}–{BAND[1]:g}× the paper's {paper_value:g}%")
     ax.set_xscale("log")
     ax.set_xlabel("RS decode latency per hop (ns)")
     ax.set_ylabel("mean reduction (%)")
@@ -319,8 +451,9 @@ def plot_sensitivity(df: pd.DataFrame, link: LinkModel, decode_ns: list[float],
     return fig
 
 
-def plot_acceptance(share: pd.Series, raw_ber: float, flip_ber: float) -> plt.Figure:
+def plot_acceptance(results: Results) -> plt.Figure:
     """Share of kernels accepting Hamming SECDED against the raw BER, with the 50% line and the assumed BER."""
+    share, raw_ber, flip_ber = results.share, results.params.raw_ber, results.flip_ber
     fig, ax = plt.subplots(figsize=(6, 3.4))
     ax.plot(share.index, share.values, "-o")
     ax.axhline(50.0, color="crimson", ls="--", label="half of the kernels")

@@ -1,15 +1,19 @@
 """Driver of the ``multileader-allreduce`` chapter: multi-leader hierarchical allreduce on a GPU cluster.
 
-:func:`points` builds the sweep (every node count x algorithm x size on a
-:func:`~repro.hpc.platforms.gpu_cluster`), :func:`add_energy` adds the
-network energy of every simulated point under the TSUBAME3 power constants,
-and :func:`claims` turns the table into the per-node-count values the ledger
-records.  Every claim is *modelled* (fixed by assumed platform and power
-constants), so :func:`constant_sweep` and :func:`idle_power_sweep` move the
-deciding constants (NVLink bandwidth, adapters per node, idle share of link
-power) and :func:`constant_sweep_figure` shows where each verdict flips.
-:func:`time_vs_size_figure` and :func:`comparison` are its figure and table;
-:func:`short_label` and :func:`node_title` label them.
+:class:`Params` holds the parameters and :func:`run` the chapter: :func:`points`
+builds the sweep (every node count x algorithm x size on a
+:func:`~repro.hpc.platforms.gpu_cluster`), :func:`add_energy` adds the network
+energy of every simulated point under the TSUBAME3 power constants, and
+:func:`claims` gives the ledger one value per claim at the one named
+configuration (``judged_nodes`` nodes, ``judged_mb`` MiB: the authors'
+256-rank, 32 MiB run, whose logs give all four of the abstract's numbers); the
+simulations are deterministic, so the node-count and size sweeps are figures.
+Every claim is *modelled* (fixed by assumed platform and power constants), so
+:func:`constant_sweep` and :func:`idle_power_sweep` move the deciding
+constants (NVLink bandwidth, adapters per node, idle share of link power) and
+:func:`constant_sweep_figure` shows where each verdict flips.
+:func:`time_vs_size_figure`, :func:`reduction_figure` and :func:`comparison`
+are its figures and table; :func:`short_label` and :func:`node_title` label them.
 """
 
 from __future__ import annotations
@@ -24,8 +28,112 @@ import pandas as pd
 
 from repro.collectives.algorithms import build_schedule, parse_spec
 from repro.collectives.congestion import LinkPower, link_energy
-from repro.collectives.figures import comparison_table, sim_vs_model
+from repro.collectives.exactness import algorithm_exactness, exactness_summary
+from repro.collectives.figures import SeriesStyle, bars, comparison_table, sim_vs_model
 from repro.collectives.sweep import ELEMENT_BYTES, MiB, Point, build_platform, platform_key, run_points
+from repro.hpc.platforms import Platform
+from repro.params import ChapterParams, require
+from repro.registry import load_registry
+from repro.verdicts import in_band
+
+CHAPTER = "multileader-allreduce"
+MPI_DTYPES = ("int64", "float32")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each)."""
+
+    nodes: tuple[int, ...]
+    gpus_per_node: int
+    nics_per_node: int
+    sizes_mb: tuple[float, ...]
+    sim_sizes_mb: tuple[float, ...]
+    judged_nodes: int
+    judged_mb: float
+    segments: tuple[int, ...]
+    baselines: tuple[str, ...]
+    nvlink_gbs: float
+    pcie_gbs: float
+    ib_gbs: float
+    mpi_ranks: int
+    mpi_length: int
+    workers: int
+
+    def checks(self) -> None:
+        """Refuse impossible combinations before any simulation starts."""
+        require("ring" in self.baselines, self, "baselines",
+                "baselines must contain 'ring' (the flat logical ring lr every claim compares with)")
+        require(set(self.sim_sizes_mb) <= set(self.sizes_mb), self, ("sim_sizes_mb", "sizes_mb"),
+                "every simulated size must also be in sizes_mb")
+        require(self.gpus_per_node % self.nics_per_node == 0, self, ("gpus_per_node", "nics_per_node"),
+                "nics_per_node must divide gpus_per_node")
+        require(self.mpi_ranks % self.gpus_per_node == 0, self, ("mpi_ranks", "gpus_per_node"),
+                "mpi_ranks must be a multiple of gpus_per_node")
+        require(self.judged_nodes in self.nodes, self, ("judged_nodes", "nodes"), "the judged node count must be one of nodes")
+        require(self.judged_mb in self.sim_sizes_mb, self, ("judged_mb", "sim_sizes_mb"),
+                "the judged size must be one of the simulated sizes")
+        require(all(int(mb * MiB) // ELEMENT_BYTES >= n * self.gpus_per_node * max(self.segments)
+                    for mb in self.sizes_mb for n in self.nodes), self, ("sizes_mb", "nodes", "segments"),
+                "every vector must hold at least one float32 element per rank and pipeline segment")
+
+    def platform_kw(self) -> dict[str, Any]:
+        """The cluster's constants as :func:`~repro.hpc.platforms.gpu_cluster` takes them (bytes/s)."""
+        return dict(nics_per_node=self.nics_per_node, nvlink_bandwidth=self.nvlink_gbs * 1e9,
+                    pcie_bandwidth=self.pcie_gbs * 1e9, nic_bandwidth=self.ib_gbs * 1e9)
+
+    def platform(self, nodes: int) -> Platform:
+        """The cluster of ``nodes`` nodes."""
+        return build_platform(platform_key("gpu_cluster", nodes=nodes, gpus_per_node=self.gpus_per_node,
+                                           **self.platform_kw()))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
+
+    Attributes
+    ----------
+    params:
+        The parameters of the run.
+    table:
+        One row per (node count, algorithm, size): closed form, route-aware model, SimGrid and network energy.
+    sweep:
+        :func:`constant_sweep` and :func:`idle_power_sweep` at the judged configuration.
+    exactness:
+        The MPI cases of :func:`repro.collectives.exactness.algorithm_exactness`.
+    """
+
+    params: Params
+    table: pd.DataFrame
+    sweep: pd.DataFrame
+    exactness: pd.DataFrame
+
+    @property
+    def exactness_summary(self) -> pd.DataFrame:
+        """One row per algorithm of the MPI check."""
+        return exactness_summary(self.exactness)
+
+    @property
+    def judged(self) -> pd.DataFrame:
+        """The simulated rows of the judged configuration."""
+        df, prm = self.table, self.params
+        return df[np.isfinite(df.sim_s) & (df.nodes == prm.judged_nodes) & (df.nbytes == int(prm.judged_mb * MiB))]
+
+
+def run(params: Params) -> Results:
+    """The sweep, its network energy, the constant sweeps at the judged configuration and the MPI check."""
+    prm = params
+    kw = prm.platform_kw()
+    df = run_points(points(prm), prm.workers, desc="simulations")
+    df = add_energy(df, prm.gpus_per_node, **kw)
+    judged = df[np.isfinite(df.sim_s) & (df.nodes == prm.judged_nodes) & (df.nbytes == int(prm.judged_mb * MiB))]
+    sweep = pd.concat([constant_sweep(prm.judged_nodes, prm.gpus_per_node, prm.judged_mb, kw, workers=prm.workers),
+                       idle_power_sweep(judged, prm.gpus_per_node, kw)], ignore_index=True)
+    mpi = algorithm_exactness(specs(prm.gpus_per_node, prm.segments, ["ring"]), prm.mpi_ranks, [prm.mpi_length],
+                              MPI_DTYPES)
+    return Results(params=prm, table=df, sweep=sweep, exactness=mpi)
+
 
 TSUBAME_LINK_POWER = {
     "nvlink": LinkPower(peak_w=11.2 / 2),
@@ -53,12 +161,13 @@ def specs(gpus_per_node: int, segments: Sequence[int], baselines: Sequence[str])
             + [f"lr_lr_pipe:k={k},segments={s}" for s in segments])
 
 
-def points(nodes: Sequence[int], gpus_per_node: int, sizes_mb: Sequence[float], sim_sizes_mb: Sequence[float],
-           segments: Sequence[int], baselines: Sequence[str] = ("ring",), **platform_kw: Any) -> list[Point]:
+def points(prm: Params) -> list[Point]:
     """Points of the chapter: every node count x algorithm x size.
 
     SimGrid runs at ``sim_sizes_mb`` only; the two alpha-beta models at every size.
     """
+    nodes, gpus_per_node, sizes_mb, sim_sizes_mb = prm.nodes, prm.gpus_per_node, prm.sizes_mb, prm.sim_sizes_mb
+    segments, baselines, platform_kw = prm.segments, prm.baselines, prm.platform_kw()
     pts = []
     for N in nodes:
         key = platform_key("gpu_cluster", nodes=N, gpus_per_node=gpus_per_node, **platform_kw)
@@ -104,24 +213,22 @@ def reduction_pct(df: pd.DataFrame, ours: str, base: str, column: str = "sim_s",
     return 100.0 * (1.0 - piv[ours] / piv[base])
 
 
-def claims(df: pd.DataFrame, gpus_per_node: int, segments: Sequence[int]) -> dict[str, list[float]]:
-    """Per-node-count values of the chapter's claims at the largest simulated size.
+def claims(results: Results) -> dict[str, list[float]]:
+    """One value per claim at the judged configuration (deterministic).
 
     Time reductions come from SimGrid; the pipelining gain takes the best
     segment count; energy reductions come from :func:`add_energy`.
     """
-    k = gpus_per_node
-    sim = df[np.isfinite(df.sim_s)]
-    big = sim[sim.nbytes == sim.nbytes.max()]
+    prm, at = results.params, results.judged
+    k = prm.gpus_per_node
     lrlr, lrrab = f"lr_lr:k={k}", f"lr_rab:k={k}"
-    pipes = [f"lr_lr_pipe:k={k},segments={s}" for s in segments]
-    pipe_gain = pd.concat([reduction_pct(big, p, lrlr) for p in pipes], axis=1).max(axis=1)
+    pipe_gain = max(reduction_pct(at, f"lr_lr_pipe:k={k},segments={s}", lrlr).iloc[0] for s in prm.segments)
     return {
-        "lr_lr_vs_lr": reduction_pct(big, lrlr, "ring").tolist(),
-        "lr_rab_vs_lr": reduction_pct(big, lrrab, "ring").tolist(),
-        "pipe_vs_lr_lr": pipe_gain.tolist(),
-        "energy_lr_lr_vs_lr": reduction_pct(big, lrlr, "ring", "energy_J").tolist(),
-        "energy_lr_rab_vs_lr": reduction_pct(big, lrrab, "ring", "energy_J").tolist(),
+        "lr_lr_vs_lr": [float(reduction_pct(at, lrlr, "ring").iloc[0])],
+        "lr_rab_vs_lr": [float(reduction_pct(at, lrrab, "ring").iloc[0])],
+        "pipe_vs_lr_lr": [float(pipe_gain)],
+        "energy_lr_lr_vs_lr": [float(reduction_pct(at, lrlr, "ring", "energy_J").iloc[0])],
+        "energy_lr_rab_vs_lr": [float(reduction_pct(at, lrrab, "ring", "energy_J").iloc[0])],
     }
 
 
@@ -185,7 +292,8 @@ def idle_power_sweep(
 ) -> pd.DataFrame:
     """Network energy saved by ``lr_lr`` and ``lr_rab`` against ``ring`` for each idle share of link power.
 
-    Uses the simulated rows of the largest node count at the largest simulated size.
+    Uses the simulated rows of the largest node count at the largest simulated size of ``df`` (the run
+    passes the judged configuration's rows).
 
     Returns
     -------
@@ -206,14 +314,15 @@ def idle_power_sweep(
     return pd.DataFrame(rows)
 
 
-def constant_sweep_figure(
-    sweep: pd.DataFrame, paper: Mapping[str, float | None], band: tuple[float, float], assumed: Mapping[str, float]
-) -> plt.Figure:
-    """One panel per swept constant: the saving of each claim, its paper band shaded, the run's value marked.
+def constant_sweep_figure(results: Results) -> plt.Figure:
+    """One panel per swept constant: the saving of each claim, where it would lie in the paper's band, the run's value.
 
-    A curve inside its band would count as matching the paper; below zero the
-    sign of the claim fails.
+    Points that the book's convention would call in band (:func:`repro.verdicts.in_band`) are filled;
+    below zero the sign of the claim fails.
     """
+    sweep, prm = sweep_verdicts(results.sweep), results.params
+    assumed = {"nvlink_gbs": prm.nvlink_gbs, "nics_per_node": prm.nics_per_node,
+               "idle_fraction": TSUBAME_LINK_POWER["ib"].idle_fraction}
     constants = list(dict.fromkeys(sweep.constant))
     fig, axes = plt.subplots(1, len(constants), figsize=(4.2 * len(constants), 3.6), squeeze=False)
     xlabels = {
@@ -224,10 +333,10 @@ def constant_sweep_figure(
     for ax, const in zip(axes[0], constants):
         part = sweep[sweep.constant == const]
         for claim, g in part.groupby("claim", sort=False):
-            (line,) = ax.plot(g.value, g.saving_pct, "-o", label=claim)
-            pv = paper.get(claim)
-            if pv is not None:
-                ax.axhspan(band[0] * pv, band[1] * pv, color=line.get_color(), alpha=0.12)
+            (line,) = ax.plot(g.value, g.saving_pct, "-o", mfc="none", label=claim)
+            ax.plot(g.value[g.in_band], g.saving_pct[g.in_band], "o", color=line.get_color())
+            if g.paper.notna().any():
+                ax.axhline(float(g.paper.iloc[0]), color=line.get_color(), ls="--", lw=0.8)
         ax.axhline(0.0, color="black", lw=0.8)
         ax.axvline(assumed[const], color="grey", ls=":", label="this run")
         if const == "nvlink_gbs":
@@ -241,6 +350,24 @@ def constant_sweep_figure(
     return fig
 
 
+def sweep_verdicts(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The constant sweep with each point's paper value and whether it would lie in the book's band.
+
+    The band is the convention's (:func:`repro.verdicts.in_band` on our saving over the paper's).
+    """
+    paper = {c.id: c.paper_value for c in load_registry().get(CHAPTER).claims}
+    out = sweep.assign(paper=sweep.claim.map(paper))
+    out["in_band"] = [pv is not None and np.isfinite(pv) and in_band(s / pv) for s, pv in zip(out.saving_pct, out.paper)]
+    return out
+
+
+def in_band_values(results: Results, claim: str, constant: str) -> list[float]:
+    """Values of a swept constant at which ``claim`` would lie in the book's band of the paper's number."""
+    sw = sweep_verdicts(results.sweep)
+    sel = sw[(sw.claim == claim) & (sw.constant == constant) & sw.in_band]
+    return [float(v) for v in sel.value]
+
+
 def short_label(spec: str, gpus_per_node: int) -> str:
     """Figure label of a spec: the node size dropped (it is the chapter's ``gpus_per_node``), ``S=`` for segments."""
     return spec.replace(f":k={gpus_per_node}", "").replace(",segments=", " S=").replace(":segments=", " S=")
@@ -251,25 +378,34 @@ def node_title(nodes: int, gpus_per_node: int) -> str:
     return f"{nodes} nodes × {gpus_per_node} GPUs"
 
 
-def time_vs_size_figure(df: pd.DataFrame, gpus_per_node: int) -> plt.Figure:
+def time_vs_size_figure(results: Results) -> plt.Figure:
     """Time against vector size, one panel per node count (SimGrid, route-aware model, closed form)."""
-    return sim_vs_model(
-        df,
-        "nbytes",
-        "algorithm",
-        "nodes",
-        xlabel="vector size (MiB)",
-        xscale=MiB,
-        label=functools.partial(short_label, gpus_per_node=gpus_per_node),
-        title=functools.partial(node_title, gpus_per_node=gpus_per_node),
-        ncols=2,
-    )
+    k = results.params.gpus_per_node
+    style = SeriesStyle(xlabel="vector size (MiB)", xscale=MiB, label=functools.partial(short_label, gpus_per_node=k),
+                        title=functools.partial(node_title, gpus_per_node=k), ncols=2)
+    return sim_vs_model(results.table, "nbytes", "algorithm", "nodes", style=style)
 
 
-def comparison(df: pd.DataFrame, gpus_per_node: int) -> pd.DataFrame:
+def reductions(results: Results) -> pd.DataFrame:
+    """Time saved by every multi-leader variant against the flat ring at the judged size, per node count (SimGrid)."""
+    prm, df = results.params, results.table
+    at = df[np.isfinite(df.sim_s) & (df.nbytes == int(prm.judged_mb * MiB))]
+    ours = [s for s in specs(prm.gpus_per_node, prm.segments, prm.baselines) if s.startswith("lr_")]
+    return pd.DataFrame({short_label(s, prm.gpus_per_node): reduction_pct(at, s, "ring").droplevel("nbytes")
+                         for s in ours})
+
+
+def reduction_figure(results: Results) -> plt.Figure:
+    """Bars of :func:`reductions`."""
+    return bars(reductions(results), ylabel="time saved against lr (%)",
+                title=f"{results.params.judged_mb:g} MiB allreduce, SimGrid")
+
+
+def comparison(results: Results) -> pd.DataFrame:
     """Every simulated point: SimGrid, both alpha-beta models and the network energy, sizes in MiB."""
+    df, k = results.table, results.params.gpus_per_node
     table = comparison_table(df, ["nodes", "algorithm", "nbytes"])
-    table["algorithm"] = [short_label(s, gpus_per_node) for s in table.algorithm]
+    table["algorithm"] = [short_label(s, k) for s in table.algorithm]
     table["MiB"] = table.nbytes / MiB
     table = table.drop(columns="nbytes")
     table["energy (J)"] = df[np.isfinite(df.sim_s)].energy_J.to_numpy()
