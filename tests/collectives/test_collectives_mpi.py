@@ -85,11 +85,13 @@ def test_launcher_timeout_is_a_clear_error(tmp_path: Path) -> None:
     t0 = time.monotonic()
     with pytest.raises(MPIRunError) as err:
         run_mpi([*WORKER, "--sleep", "120", "--out", marker], 2, timeout=3)
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 60
     msg = str(err.value)
     assert "timed out after 3 s" in msg and "2 ranks" in msg and "stderr tail" in msg
     assert err.value.timed_out and err.value.returncode is None and err.value.nprocs == 2
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30  # killed at once; a loaded machine may take a moment to reap them
+    while _leftover(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not _leftover(marker)
     assert not Path(marker).exists()
 

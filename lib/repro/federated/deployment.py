@@ -60,7 +60,9 @@ CLIENT_KEY = "repro-client"
 RESULT_KEY = "repro-result"
 APP_NAME = "repro-deployment"
 CONNECTION = "repro"
-STARTUP_TIMEOUT = 90.0
+STARTUP_TIMEOUT = 300.0
+"""Seconds a Flower process may take to listen, and ``flwr run`` to submit (generous: a bound for a failure,
+never a race with a slow start on a loaded machine)."""
 RUN_TIMEOUT = 1800.0
 STOP_GRACE = 3.0
 """Seconds the Flower processes get to stop on SIGTERM before SIGKILL."""

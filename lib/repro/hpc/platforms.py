@@ -443,7 +443,7 @@ def fat_tree(p: int, hosts_per_leaf: int, spines: int, bandwidth: float, latency
     return pf
 
 
-def gpu_cluster(nodes: int, gpus_per_node: int, *, nvlink_bandwidth: float = 50e9,
+def gpu_cluster(nodes: int, gpus_per_node: int, *, nvlink_bandwidth: float = 50e9,  # noqa: PLR0913 - keyword-only link constants
                 nvlink_latency: float = 1e-6, pcie_bandwidth: float = 16e9, pcie_latency: float = 5e-7,
                 nic_bandwidth: float = 12.5e9, nic_latency: float = 5e-7, nics_per_node: int = 2,
                 switch_latency: float = 1e-7, switch_hops: int = 3) -> Platform:

@@ -11,8 +11,10 @@ traceback, the launcher kills the other ranks at once and raises
 :class:`RankFailed` naming the rank and the cause; a rank that dies without
 reporting (killed, segfault) is detected from its exit code; a job that
 exceeds its wall-clock ``timeout`` is killed and raises :class:`TimeoutError`.
-Collectives themselves use the same timeout through
-``init_process_group(timeout=...)``.  Every rank runs one thread: it is spawned
+Collectives themselves time out too (``init_process_group(timeout=...)``), after
+``timeout_s`` but never before :data:`RENDEZVOUS_TIMEOUT_S`, so that ranks that
+take long to start on a loaded machine are not mistaken for failed ones: the
+job's wall-clock ``timeout_s`` still ends the job.  Every rank runs one thread: it is spawned
 with ``OMP_NUM_THREADS=1`` and calls ``torch.set_num_threads(1)``.
 
 No rank outlives the launch: the ranks are killed when the launcher gets
@@ -40,6 +42,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from repro.watchdog import die_with_parent, on_terminate
+
+RENDEZVOUS_TIMEOUT_S = 300.0
+"""The least time a rank waits for the others to join or to reach a collective (spawning torch ranks takes
+seconds, tens of seconds on a loaded machine); the launch's own wall-clock limit ends a job before it."""
 
 
 class RankFailed(RuntimeError):
@@ -131,15 +137,27 @@ def build_layout(rank: int, world_size: int, group_size: int) -> GroupLayout:
     return GroupLayout(num_groups, group_size, rank // group_size, rank % group_size, intra, inter)
 
 
-def _rank_main(rank: int, world_size: int, store_file: str, fn: Callable[..., Any], args: tuple,
-               results: Any, timeout_s: float, group_size: int | None, parent: int) -> None:
-    die_with_parent(parent)
+@dataclass(frozen=True, kw_only=True)
+class _RankJob:
+    """What every rank of one launch runs: the function and the job's settings."""
+
+    world_size: int
+    store_file: str
+    fn: Callable[..., Any]
+    args: tuple
+    timeout_s: float
+    group_size: int | None
+    parent: int
+
+
+def _rank_main(rank: int, job: _RankJob, results: Any) -> None:
+    die_with_parent(job.parent)
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s))
-        layout = build_layout(rank, world_size, group_size) if group_size else None
-        value = fn(RankContext(rank, world_size, layout), *args)
+        dist.init_process_group("gloo", init_method=f"file://{job.store_file}", rank=rank, world_size=job.world_size,
+                                timeout=datetime.timedelta(seconds=max(job.timeout_s, RENDEZVOUS_TIMEOUT_S)))
+        layout = build_layout(rank, job.world_size, job.group_size) if job.group_size else None
+        value = job.fn(RankContext(rank, job.world_size, layout), *job.args)
         results.put(_Outcome(rank, True, value=value))
     except BaseException:  # noqa: BLE001 - every failure must reach the parent with its traceback
         results.put(_Outcome(rank, False, error=traceback.format_exc()))
@@ -185,9 +203,9 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, group_s
     results = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="repro-gloo-") as tmp:
         store = str(Path(tmp) / "store")
-        procs = [ctx.Process(target=_rank_main, args=(r, world_size, store, fn, args, results, timeout_s, group_size,
-                                                         os.getpid()),
-                             daemon=True) for r in range(world_size)]
+        job = _RankJob(world_size=world_size, store_file=store, fn=fn, args=args, timeout_s=timeout_s,
+                       group_size=group_size, parent=os.getpid())
+        procs = [ctx.Process(target=_rank_main, args=(r, job, results), daemon=True) for r in range(world_size)]
         outcomes: dict[int, Any] = {}
         with on_terminate(lambda: _kill_ranks(procs)):
             try:
