@@ -9,7 +9,8 @@ Core modules, used by every chapter of the family:
   (wait / 4G / RSU / relay), multi-agent with action masks.
 - :mod:`repro.netsim.v2x`        ``ThreeTierV2X-v0``: per-task offloading over V2I, V2C and V2I+I2C paths.
 - :mod:`repro.netsim.wrsn`       ``WRSNCharging-v0``: a mobile charger in a wireless rechargeable sensor network
-  (event-driven energy integration, routing tree, coverage and connectivity); no chapter uses it yet.
+  (event-driven energy integration, routing tree, coverage and connectivity, a charger that never overspends).
+- :mod:`repro.netsim.qcharging`  the authors' Q-charging (online, three-term reward) and INMA on ``WRSNCharging-v0``.
 - :mod:`repro.netsim.crowdsensing` spatio-temporal coverage, cost and balance of sensing-frequency plans.
 - :mod:`repro.netsim.genetic`    an integer GA on ``deap``.
 - :mod:`repro.netsim.fuzzy`      the fuzzy reward-weight controller on scikit-fuzzy.

@@ -11,15 +11,25 @@ alive path to the base (``info["lifetime"]``), or at ``max_time_s`` (truncation)
 
 Energy bookkeeping per sensor: ``energy = initial + charged - spent`` holds at every step
 (``info["spent"]``, ``info["charged"]``); the MC pays ``charged / efficiency`` for what it delivers and
-``travel_j_per_m`` per metre.
+``travel_j_per_m`` per metre, and never spends what it does not have: it keeps in reserve what the trip back
+to the depot costs, a move it cannot pay for (there, 10 J of charge, and back to the depot) is refused
+and the charger returns to the depot instead (``info["refused"]``), and a charge stops when the charger's energy reaches its
+reserve (``info["charge_cut"]``).
+
+Sensors below ``request_j`` (``thresh_share`` of the battery, 0.4 in the authors' ``main.py``) ask for a charge
+(:meth:`WRSNChargingEnv.requests`); the charging-time heuristic lifts sensors to ``e_min_j = request_j +
+e_min_share * e_max_j`` (``e_min_share`` = 0.1, the ``alpha`` that the authors' ``reward_function`` hands
+``get_charging_time``).  Besides the grid actions of :meth:`~WRSNChargingEnv.step`, :meth:`~WRSNChargingEnv.move`
+takes the charger to any point for a given dwell (INMA goes to a sensor's own position).
 
 The reward is the lifetime reward of the spec (simulated seconds survived during the step, over
-``reward_scale_s``); the three-term charging reward of the authors' code is not implemented here.
+``reward_scale_s``); the authors' three-term charging reward is :mod:`repro.netsim.qcharging`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import networkx as nx
@@ -28,6 +38,8 @@ from gymnasium import spaces
 from scipy.spatial import cKDTree
 
 ENV_ID = "repro/WRSNCharging-v0"
+MC_LOW_J = 10.0
+"""Below this energy the charger is sent to the depot (``E_mc_thresh = 10`` in the authors' ``Parameter.py``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,8 +52,11 @@ class WRSNConfig:
         Square field side, number of sensors and of targets.
     sensing_m, comm_m
         Sensing and communication ranges.
-    e_max_j, e_thresh_j
-        Sensor battery capacity and the threshold of the charging-time heuristic.
+    e_max_j
+        Sensor battery capacity.
+    thresh_share, e_min_share
+        A sensor below ``thresh_share * e_max_j`` requests a charge (``request_j``); the charging-time
+        heuristic lifts sensors to ``request_j + e_min_share * e_max_j`` (``e_min_j``).
     packet_bits, e_elec_tx, e_elec_rx, eps_fs, eps_mp, packet_prob
         First-order radio model and the per-second packet probability of a sensing node.
     drain_scale
@@ -65,7 +80,8 @@ class WRSNConfig:
     sensing_m: float = 40.0
     comm_m: float = 120.0
     e_max_j: float = 10.8
-    e_thresh_j: float = 0.4
+    thresh_share: float = 0.4
+    e_min_share: float = 0.1
     packet_bits: float = 400.0
     e_elec_tx: float = 5e-8
     e_elec_rx: float = 1e-7
@@ -88,17 +104,32 @@ class WRSNConfig:
     reward_scale_s: float = 1000.0
 
     @property
+    def request_j(self) -> float:
+        """Energy below which a sensor requests a charge."""
+        return self.thresh_share * self.e_max_j
+
+    @property
+    def e_min_j(self) -> float:
+        """The level the charging-time heuristic lifts sensors to."""
+        return self.request_j + self.e_min_share * self.e_max_j
+
+    @property
+    def depot(self) -> np.ndarray:
+        """The depot's position (the field's corner)."""
+        return np.zeros(2)
+
+    @property
     def locations(self) -> np.ndarray:
         """``(grid * grid + 1, 2)`` charging locations; the last one is the depot at (0, 0)."""
         step = self.field_m / (self.grid + 1)
         ticks = step * np.arange(1, self.grid + 1)
         xy = np.array([(x, y) for x in ticks for y in ticks])
-        return np.vstack([xy, [0.0, 0.0]])
+        return np.vstack([xy, self.depot])
 
 
-def charge_rate(cfg: WRSNConfig, distance: np.ndarray) -> np.ndarray:
+def charge_rate(cfg: WRSNConfig, distance: np.ndarray | float) -> np.ndarray:
     """Power (W) a sensor at ``distance`` receives from the dwelling charger."""
-    return cfg.alpha / (np.asarray(distance, dtype=float) + cfg.beta) ** 2
+    return np.asarray(cfg.alpha / (np.asarray(distance, dtype=float) + cfg.beta) ** 2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +139,28 @@ class Topology:
     sensors: np.ndarray
     targets: np.ndarray
     base: np.ndarray
+
+
+@dataclass(frozen=True, kw_only=True)
+class Routing:
+    """The drain of every sensor under the current routing tree, and the path that reports each target.
+
+    Attributes
+    ----------
+    rate
+        Drain rate (W) of every sensor (0 for a dead one).
+    next_hop
+        Distance to each sensor's next hop (0 for a sensor that relays nothing).
+    covered
+        Whether every target is covered by an alive sensor with a path to the base.
+    paths
+        Per target, the sensors from its reporting sensor to the base's neighbour (empty if uncovered).
+    """
+
+    rate: np.ndarray
+    next_hop: np.ndarray
+    covered: bool
+    paths: tuple[tuple[int, ...], ...]
 
 
 def _graph(cfg: WRSNConfig, topo: Topology, alive: np.ndarray) -> nx.Graph:
@@ -123,34 +176,31 @@ def _graph(cfg: WRSNConfig, topo: Topology, alive: np.ndarray) -> nx.Graph:
     return g
 
 
-def routing(cfg: WRSNConfig, topo: Topology, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Drain rates under the current routing tree.
+def route(cfg: WRSNConfig, topo: Topology, alive: np.ndarray) -> Routing:
+    """Drain rates and target paths under the shortest-path routing tree of the alive sensors.
 
     Each target is reported by the covering alive sensor closest (by path length) to the base; every
     sensor on that path transmits its packets, and every relay also receives them.
-
-    Returns
-    -------
-    tuple
-        Drain rate (W) of every sensor, its next-hop distance, and whether every target is covered by an
-        alive sensor with a path to the base.
     """
     n = len(topo.sensors)
     g = _graph(cfg, topo, alive)
-    dist, paths = nx.single_source_dijkstra(g, n, weight="weight")
+    dist, tree_paths = nx.single_source_dijkstra(g, n, weight="weight")
     load = np.zeros(n)
     own = np.zeros(n)
     next_hop = np.zeros(n)
     ok = True
+    paths: list[tuple[int, ...]] = []
     near = np.linalg.norm(topo.targets[:, None] - topo.sensors[None], axis=2)
     for t in range(len(topo.targets)):
         cands = [i for i in np.flatnonzero((near[t] <= cfg.sensing_m) & alive) if i in dist]
         if not cands:
             ok = False
+            paths.append(())
             continue
         src = min(cands, key=lambda i: dist[i])
         own[src] += 1
-        path = paths[src]  # base ... src
+        path = tree_paths[src]  # base ... src
+        paths.append(tuple(int(i) for i in path[::-1][:-1]))
         for hop_from, hop_to in zip(path[::-1][:-1], path[::-1][1:]):
             load[hop_from] += 1
             d = np.linalg.norm(topo.sensors[hop_from] - (topo.base if hop_to == n else topo.sensors[hop_to]))
@@ -159,7 +209,13 @@ def routing(cfg: WRSNConfig, topo: Topology, alive: np.ndarray) -> tuple[np.ndar
     amp = np.where(next_hop < d0, cfg.eps_fs * next_hop**2, cfg.eps_mp * next_hop**4)
     per_s = cfg.packet_prob * cfg.packet_bits
     rate = cfg.drain_scale * per_s * (load * (cfg.e_elec_tx + amp) + (load - own) * cfg.e_elec_rx)
-    return np.where(alive, rate, 0.0), next_hop, ok
+    return Routing(rate=np.where(alive, rate, 0.0), next_hop=next_hop, covered=ok, paths=tuple(paths))
+
+
+def routing(cfg: WRSNConfig, topo: Topology, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Drain rates, next-hop distances and coverage of :func:`route` (without the paths)."""
+    r = route(cfg, topo, alive)
+    return r.rate, r.next_hop, r.covered
 
 
 def generate_topology(cfg: WRSNConfig, rng: np.random.Generator, tries: int = 200) -> Topology:
@@ -172,9 +228,45 @@ def generate_topology(cfg: WRSNConfig, rng: np.random.Generator, tries: int = 20
         near = np.clip(targets + np.column_stack([rad * np.cos(ang), rad * np.sin(ang)]), 0, cfg.field_m)
         rest = rng.uniform(0, cfg.field_m, (cfg.sensors - cfg.targets, 2))
         topo = Topology(sensors=np.vstack([near, rest]), targets=targets, base=base)
-        if routing(cfg, topo, np.ones(cfg.sensors, dtype=bool))[2]:
+        if route(cfg, topo, np.ones(cfg.sensors, dtype=bool)).covered:
             return topo
     raise ValueError(f"no covered and connected topology in {tries} draws; raise comm_m or sensors")
+
+
+def charging_times(cfg: WRSNConfig, energy: np.ndarray, rate: np.ndarray, gain: np.ndarray,
+                   travel_s: np.ndarray) -> np.ndarray:
+    """The charging-time heuristic at several locations at once: per location, the dwell leaving fewest sensors below ``e_min_j``.
+
+    Candidates are the times at which a sensor below ``e_min_j`` that gains energy at the location climbs
+    to it, and at which a sensor above it that loses energy there falls to it (energies projected past the
+    travel; the authors' ``get_charging_time``).  Ties go to the earliest candidate; no candidate gives 0.
+
+    Parameters
+    ----------
+    cfg
+        The scenario.
+    energy, rate
+        Every sensor's energy and drain rate (0 for a dead sensor).
+    gain
+        ``(locations, sensors)``: the power each sensor receives at each location.
+    travel_s
+        ``(locations,)``: travel time to each location.
+    """
+    e_min = cfg.e_min_j
+    e0 = np.maximum(energy[None, :] - rate[None, :] * travel_s[:, None], 0.0)
+    alive = rate > 0
+    net = np.where(alive[None, :], gain - rate[None, :], 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        times = np.where(((e0 < e_min) & (net > 0)) | ((e0 > e_min) & (net < 0)), (e_min - e0) / net, np.nan)
+    out = np.zeros(len(gain))
+    for k in range(len(gain)):
+        cands = np.unique(np.clip(times[k][np.isfinite(times[k]) & (times[k] > 0)], 0.0, cfg.max_charge_s))
+        if len(cands) == 0:
+            continue
+        level = np.minimum(e0[k][None, :] + net[k][None, :] * cands[:, None], cfg.e_max_j)
+        below = ((level < e_min - 1e-9) & alive[None, :]).sum(axis=1)
+        out[k] = cands[int(np.argmin(below))]
+    return out
 
 
 class WRSNChargingEnv(gym.Env):
@@ -186,7 +278,7 @@ class WRSNChargingEnv(gym.Env):
         The scenario; the topology and initial energies are drawn from the seed given to :meth:`reset`.
     """
 
-    metadata = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(self, config: WRSNConfig | None = None) -> None:
         self.config = config or WRSNConfig()
@@ -195,7 +287,8 @@ class WRSNChargingEnv(gym.Env):
         self.action_space = spaces.Discrete(c.grid * c.grid + 1)
         self.locations = c.locations
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
         """Draw a network and start with the charger at the depot."""
         super().reset(seed=seed)
         c = self.config
@@ -206,12 +299,16 @@ class WRSNChargingEnv(gym.Env):
         self.charged = np.zeros(c.sensors)
         self.alive = np.ones(c.sensors, dtype=bool)
         self.t = 0.0
-        self.mc = np.zeros(2)
+        self.mc = c.depot.copy()
         self.mc_energy = c.mc_capacity_j
         self.mc_spent = 0.0
-        self.rate, _, self.covered = routing(c, self.topo, self.alive)
+        self._reroute()
         self.lifetime: float | None = None
         return self._observe(), self._info()
+
+    def _reroute(self) -> None:
+        self.routes = route(self.config, self.topo, self.alive)
+        self.rate, self.covered = self.routes.rate, self.routes.covered
 
     def _observe(self) -> np.ndarray:
         c = self.config
@@ -220,14 +317,38 @@ class WRSNChargingEnv(gym.Env):
                *(self.energy / c.e_max_j), *(self.rate / top)]
         return np.clip(np.array(obs, dtype=np.float32), 0.0, 1.0)
 
-    def _info(self) -> dict:
+    def _info(self) -> dict[str, Any]:
         return {"time": self.t, "alive": int(self.alive.sum()), "covered": self.covered, "lifetime": self.lifetime,
-                "spent": self.spent.copy(), "charged": self.charged.copy(), "mc_spent": self.mc_spent}
+                "spent": self.spent.copy(), "charged": self.charged.copy(), "mc_spent": self.mc_spent,
+                "mc_energy": self.mc_energy}
 
-    def _advance(self, duration: float, gain: np.ndarray) -> bool:
-        """Integrate energies for ``duration`` seconds with charging power ``gain``; False if coverage is lost."""
+    def travel_cost(self, start: np.ndarray, end: np.ndarray) -> float:
+        """Joules the charger spends driving from ``start`` to ``end``."""
+        return self.config.travel_j_per_m * float(np.linalg.norm(np.asarray(end) - np.asarray(start)))
+
+    def reserve(self) -> float:
+        """What the charger must keep to drive back to the depot from where it is."""
+        return self.travel_cost(self.mc, self.config.depot)
+
+    def requests(self) -> np.ndarray:
+        """Alive sensors whose energy is below ``request_j`` (they ask the charger for a charge)."""
+        return np.flatnonzero(self.alive & (self.energy < self.config.request_j))
+
+    def _advance(self, duration: float, gain: np.ndarray) -> tuple[bool, bool]:
+        """Integrate energies for ``duration`` seconds with charging power ``gain``.
+
+        The charger pays ``received / efficiency`` and stops charging (the rest of the interval passes
+        without charge) when its energy would fall below its reserve.
+
+        Returns
+        -------
+        tuple
+            Whether coverage holds at the end, and whether the charge was cut for lack of energy.
+        """
         c = self.config
         left = duration
+        cut = False
+        reserve = self.reserve()
         while left > 1e-12:
             gain_alive = np.where(self.alive, gain, 0.0)
             full = self.alive & (self.energy >= c.e_max_j - 1e-12) & (gain_alive >= self.rate)
@@ -235,72 +356,97 @@ class WRSNChargingEnv(gym.Env):
             with np.errstate(divide="ignore", invalid="ignore"):
                 to_death = np.where(self.alive & (net < 0), self.energy / -net, np.inf)
                 to_full = np.where(self.alive & ~full & (net > 0), (c.e_max_j - self.energy) / net, np.inf)
-            dt = min(left, to_death.min(), to_full.min())
+            draw = float(np.where(full, self.rate, gain_alive).sum()) / c.efficiency  # the charger's power
+            budget = max(self.mc_energy - reserve, 0.0)
+            to_empty = budget / draw if draw > 0 else np.inf
+            dt = min(left, to_death.min(), to_full.min(), to_empty)
             received = np.where(full, self.rate, gain_alive) * dt
             self.energy = np.where(self.alive, np.clip(self.energy + net * dt, 0.0, c.e_max_j), self.energy)
             self.spent += self.rate * dt
             self.charged += received
             self.mc_spent += received.sum() / c.efficiency
-            self.mc_energy -= received.sum() / c.efficiency
+            self.mc_energy = max(self.mc_energy - received.sum() / c.efficiency, reserve) if draw > 0 else self.mc_energy
             self.t += dt
             left -= dt
+            if draw > 0 and dt >= to_empty - 1e-12:
+                gain = np.zeros_like(gain)  # the charger has spent what it may: no more charge this step
+                cut = True
             dead = self.alive & (to_death <= dt + 1e-12)
             if dead.any():
                 self.energy[dead] = 0.0
                 self.alive &= ~dead
-                self.rate, _, self.covered = routing(c, self.topo, self.alive)
+                self._reroute()
                 if not self.covered:
                     self.lifetime = self.t
-                    return False
-        return True
+                    return False, cut
+        return True, cut
 
     def charging_time(self, location: np.ndarray, travel_s: float) -> float:
-        """The charging-time heuristic: the candidate dwell that leaves the fewest sensors below ``E_min``.
+        """The charging-time heuristic (:func:`charging_times`) at one location."""
+        gain = charge_rate(self.config, np.linalg.norm(self.topo.sensors - location, axis=1))
+        return float(charging_times(self.config, self.energy, self.rate, gain[None, :], np.array([travel_s]))[0])
 
-        Candidates are the times at which a sensor below ``E_min`` that gains energy here climbs to
-        ``E_min``, and at which a sensor above it that loses energy here falls to it (energies projected past
-        the travel; ``E_min = E_thresh + 0.3 E_max``).
+    def affordable(self, target: np.ndarray) -> bool:
+        """Whether the charger can drive to ``target``, charge there with at least :data:`MC_LOW_J` and drive home.
+
+        The depot is always affordable (the charger keeps the way home in reserve).
         """
-        c = self.config
-        e_min = c.e_thresh_j + 0.3 * c.e_max_j
-        p = charge_rate(c, np.linalg.norm(self.topo.sensors - location, axis=1))
-        e0 = np.maximum(self.energy - self.rate * travel_s, 0.0)
-        net = np.where(self.alive, p - self.rate, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            times = np.where(((e0 < e_min) & (net > 0)) | ((e0 > e_min) & (net < 0)), (e_min - e0) / net, np.nan)
-        cands = np.unique(np.clip(times[np.isfinite(times) & (times > 0)], 0.0, c.max_charge_s))
-        if len(cands) == 0:
-            return 0.0
-        below = [(np.minimum(e0 + net * t, c.e_max_j) < e_min - 1e-9)[self.alive].sum() for t in cands]
-        return float(cands[int(np.argmin(below))])
+        target = np.asarray(target, dtype=float)
+        if np.allclose(target, self.config.depot):
+            return True
+        trip = self.travel_cost(self.mc, target) + self.travel_cost(target, self.config.depot)
+        return self.mc_energy - trip >= MC_LOW_J
 
-    def step(self, action):
-        """Travel to location ``action``, dwell (heuristic time, or recharge at the depot), integrate."""
+    def move(self, target: np.ndarray, dwell_s: float | None = None
+             ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Drive to ``target`` and charge there for ``dwell_s`` seconds (``None``: the charging-time heuristic).
+
+        A move the charger cannot pay for (there, :data:`MC_LOW_J` of charge, and back to the depot: the
+        authors' "below 10 J, go home") is refused: it drives to the depot and recharges instead.  The dwell
+        is at least ``min_dwell_s`` and at most ``max_charge_s``; at the depot it is ``depot_dwell_s``.
+
+        Returns
+        -------
+        tuple
+            Observation, reward, terminated, truncated and info, as :meth:`step`.
+        """
         c = self.config
         if self.lifetime is not None:
             raise RuntimeError("episode is over; call reset()")
-        a = int(action)
-        if self.mc_energy < 10.0:
-            a = len(self.locations) - 1  # forced back to the depot
-        target = self.locations[a]
-        depot = a == len(self.locations) - 1
-        dist = float(np.linalg.norm(target - self.mc))
-        travel = dist / c.mc_speed
-        dwell = c.depot_dwell_s if depot else self.charging_time(target, travel)
+        target = np.asarray(target, dtype=float)
+        refused = not self.affordable(target)
+        if refused:
+            target = c.depot
+        depot = bool(np.allclose(target, c.depot))
+        travel = float(np.linalg.norm(target - self.mc)) / c.mc_speed
+        if depot:
+            dwell = c.depot_dwell_s
+        else:
+            dwell = self.charging_time(target, travel) if dwell_s is None else float(dwell_s)
+            dwell = min(max(dwell, c.min_dwell_s), c.max_charge_s)
         t0 = self.t
-        self.mc_energy -= c.travel_j_per_m * dist
-        self.mc_spent += c.travel_j_per_m * dist
-        alive = self._advance(travel, np.zeros(c.sensors))
+        cost = self.travel_cost(self.mc, target)
+        self.mc_energy -= cost
+        self.mc_spent += cost
+        alive, _ = self._advance(travel, np.zeros(c.sensors))
         self.mc = target.copy()
+        cut = False
         if alive:
-            gain = np.zeros(c.sensors) if depot else charge_rate(c, np.linalg.norm(self.topo.sensors - target, axis=1))
             if depot:
                 self.mc_energy = min(c.mc_capacity_j, self.mc_energy + c.depot_w * dwell)
-            alive = self._advance(max(dwell, c.min_dwell_s), gain)
+                gain = np.zeros(c.sensors)
+            else:
+                gain = charge_rate(c, np.linalg.norm(self.topo.sensors - target, axis=1))
+            alive, cut = self._advance(dwell, gain)
         truncated = bool(alive and self.t >= c.max_time_s)
         self.t = float(self.t)
         reward = (self.t - t0) / c.reward_scale_s
-        return self._observe(), float(reward), bool(not alive), truncated, {**self._info(), "dwell": dwell}
+        info = {**self._info(), "dwell": dwell, "refused": refused, "charge_cut": cut}
+        return self._observe(), float(reward), bool(not alive), truncated, info
+
+    def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Travel to location ``action`` and dwell (heuristic time, or recharge at the depot); see :meth:`move`."""
+        return self.move(self.locations[int(action)])
 
 
 def nearest_request(env: WRSNChargingEnv) -> int:
