@@ -98,6 +98,11 @@ def test_mpi_chunked_round_trip(chunk: tuple[int, int], tile: tuple[int, int]) -
     for m in rep["modes"]:
         assert m["variables_differing"] == 0 and m["overlapping_extents"] == 0 and m["extents_outside"] == 0, m
     assert [m["rounds"] for m in rep["modes"]] == [4, 1]
+    # the collective read path (owners read their chunks with Read_at_all and scatter the pieces) gives every
+    # rank its hyperslabs back, one round per variable or one for all
+    assert [m["read_differing"] for m in rep["modes"]] == [0, 0]
+    assert [m["read_rounds"] for m in rep["modes"]] == [4, 1]
+    assert all(m["read_total_s"] > 0 for m in rep["modes"])
 
 
 def test_hdf5_gzip_chunks_decode_alike(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from repro.pario import decomp as dc
 from repro.pario.kernels import EndpointModel, KernelSpec, endpoint_model, round_table, to_schedule
 from repro.pario.twophase import exchange_plan
 
-SPECS = ["unordered", "pairwise", "scattered:1", "scattered:3", "balanced:1", "balanced:2", "balanced:5"]
+SPECS = ["unordered", "pairwise", "scattered:1", "scattered:3", "balanced:1", "balanced:2", "balanced:5", "alltoallw"]
 
 
 @pytest.mark.parametrize("p,A", [(1, 1), (2, 1), (3, 2), (5, 5), (8, 3), (13, 4), (16, 16)])
@@ -76,3 +76,12 @@ def test_endpoint_model_queue_term() -> None:
     assert endpoint_model(tables["unordered"], counts, flat) <= endpoint_model(tables["balanced:16"], counts, flat)
     # with it, the all-at-once kernel pays n^2 o1 at each aggregator
     assert endpoint_model(tables["unordered"], counts, queued) > endpoint_model(tables["balanced:16"], counts, queued)
+
+
+def test_alltoallw_is_costed_as_every_message_at_once() -> None:
+    """MPICH's Alltoallw posts every Isend/Irecv at once: its round table is the unordered kernel's."""
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 5, size=(12, 3))
+    aggs = [0, 4, 8]
+    w, u = round_table("alltoallw", counts, aggs), round_table("unordered", counts, aggs)
+    assert np.array_equal(w.rounds, u.rounds) and w.num_rounds == 1

@@ -14,7 +14,7 @@ import pytest
 from repro.hpc.launcher import MPIRunError
 from repro.pario.mpi_worker import launch
 
-KERNELS = ["unordered", "pairwise", "scattered:1", "scattered:3", "balanced:1", "balanced:2"]
+KERNELS = ["unordered", "pairwise", "scattered:1", "scattered:3", "balanced:1", "balanced:2", "alltoallw"]
 
 
 def job(p: int, kind: str = "irregular") -> dict:

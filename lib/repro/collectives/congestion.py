@@ -59,10 +59,10 @@ def max_link_flows(schedule: Schedule, platform: Platform, placement: list[int] 
     active = set(schedule.comm_steps())
     if flows is None:
         flows = step_link_flows(schedule, platform, placement)
-    for s, flows in enumerate(flows):
+    for s, step_flows in enumerate(flows):
         if s not in active:
             continue
-        vals = [n for name, n in flows.items()
+        vals = [n for name, n in step_flows.items()
                 if platform.links[name].sharing != "FATPIPE" and (links is None or links(name))]
         out.append(max(vals, default=0))
     return out

@@ -46,10 +46,10 @@ def grid3(p: int) -> tuple[int, int, int]:
         if p % a:
             continue
         b, c = grid2(p // a)
-        cand = tuple(sorted((a, b, c)))
-        if max(cand) - min(cand) < max(best) - min(best):
-            best = cand
-    return best  # type: ignore[return-value]
+        lo, mid, hi = sorted((a, b, c))
+        if hi - lo < max(best) - min(best):
+            best = (lo, mid, hi)
+    return best
 
 
 def trace_schedule(name: str, p: int, steps: Sequence[Sequence[Msg]]) -> Schedule:
@@ -140,7 +140,7 @@ def mg_steps(p: int, n: int = 256) -> list[list[Msg]]:
                 for step in (-1, 1):
                     nb = list(c)
                     nb[axis] = (nb[axis] + step) % dims[axis]
-                    dst = index[tuple(nb)]
+                    dst = index[(nb[0], nb[1], nb[2])]
                     if dst != r:
                         msgs.append((r, dst, face))
             steps.append(msgs)

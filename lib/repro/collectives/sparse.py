@@ -210,7 +210,7 @@ class LoggingComm:
         """Messages this rank sent."""
         return len(self.log)
 
-    def _exchange(self, obj: Any, dest: int, source: int) -> Any:
+    def _exchange(self, obj: Any, dest: int | None, source: int | None) -> Any:
         raise NotImplementedError
 
     def sendrecv(self, seg: Segment | None, dest: int | None, source: int | None) -> Segment | None:
@@ -219,6 +219,13 @@ class LoggingComm:
             self.log.append((self.step, dest, seg.nbytes()))
         got = self._exchange(seg, dest, source)
         self.step += 1
+        return got
+
+    def swap(self, seg: Segment, dest: int, source: int) -> Segment:
+        """One round with both partners: send ``seg`` to ``dest`` and return what ``source`` sent."""
+        got = self.sendrecv(seg, dest, source)
+        if got is None:
+            raise RuntimeError(f"rank {self.rank} received nothing from rank {source} in step {self.step - 1}")
         return got
 
 
@@ -240,7 +247,8 @@ class MPIComm(LoggingComm):
 
 class _Mailboxes:
     def __init__(self, p: int) -> None:
-        self.q = {(s, d): queue.Queue() for s in range(p) for d in range(p) if s != d}
+        self.q: dict[tuple[int, int], queue.Queue[Any]] = {(s, d): queue.Queue() for s in range(p) for d in range(p)
+                                                            if s != d}
 
 
 class ThreadComm(LoggingComm):
@@ -302,7 +310,7 @@ def ring_reduce_scatter(comm: LoggingComm, group: Sequence[int], seg: Segment,
     nxt, prv = group[(pos + 1) % q], group[(pos - 1) % q]
     for r in range(q - 1):
         send_i, recv_i = (pos - r) % q, (pos - r - 1) % q
-        got = comm.sendrecv(parts[send_i], nxt, prv)
+        got = comm.swap(parts[send_i], nxt, prv)
         parts[recv_i] = add(parts[recv_i], got, force_dense)
     return parts, (pos + 1) % q
 
@@ -314,7 +322,7 @@ def ring_allgather(comm: LoggingComm, group: Sequence[int], parts: list[Segment]
     nxt, prv = group[(pos + 1) % q], group[(pos - 1) % q]
     for r in range(q - 1):
         send_i, recv_i = (mine - r) % q, (mine - r - 1) % q
-        parts[recv_i] = comm.sendrecv(parts[send_i], nxt, prv)
+        parts[recv_i] = comm.swap(parts[send_i], nxt, prv)
     return parts
 
 
@@ -346,7 +354,7 @@ def _rdb(comm: LoggingComm, x: Segment) -> Segment:
     mask = 1
     while mask < p:
         partner = comm.rank ^ mask
-        got = comm.sendrecv(acc, partner, partner)
+        got = comm.swap(acc, partner, partner)
         # sum in rank order so every rank holds the identical result
         acc = add(acc, got) if comm.rank < partner else add(got, acc)
         mask <<= 1
@@ -359,7 +367,7 @@ def _split_allgather(comm: LoggingComm, x: Segment) -> Segment:
     mine = parts[me]
     for s in range(1, p):
         dst, src = (me + s) % p, (me - s) % p
-        got = comm.sendrecv(parts[dst], dst, src)
+        got = comm.swap(parts[dst], dst, src)
         mine = add(mine, got)
     parts[me] = mine
     group = list(range(p))

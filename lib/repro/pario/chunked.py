@@ -24,6 +24,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -213,14 +214,19 @@ def encode_header(table: ChunkTable) -> bytes:
     return MAGIC + struct.pack("<q", len(desc)) + desc + rows.tobytes()
 
 
+def variable_from_fields(fields: dict[str, Any]) -> Variable:
+    """A :class:`Variable` from its fields as JSON gives them back (lists become tuples)."""
+    kw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    return Variable(**kw)
+
+
 def read_table(path: str | Path) -> ChunkTable:
     """Read the header and metadata table of a file (no MPI)."""
     with open(path, "rb") as fh:
         if fh.read(len(MAGIC)) != MAGIC:
             raise ValueError(f"{path} is not a chunked file written by repro.pario")
         (n,) = struct.unpack("<q", fh.read(8))
-        variables = [Variable(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
-                     for d in json.loads(fh.read(n))]
+        variables = [variable_from_fields(d) for d in json.loads(fh.read(n))]
         total = sum(v.num_chunks for v in variables)
         rows = np.frombuffer(fh.read(16 * total), dtype="<i8").reshape(total, 2)
     cuts = np.cumsum([0] + [v.num_chunks for v in variables])
@@ -241,7 +247,8 @@ def read_variable(path: str | Path, name: str, slab: Slab | None = None) -> np.n
             fh.seek(int(table.offsets[idx][c]))
             chunk = var.decode(fh.read(int(table.sizes[idx][c])), cs)
             part = slab.intersect(cs)
-            out[part.index(slab.start)] = chunk[part.index(cs.start)]
+            if part is not None:
+                out[part.index(slab.start)] = chunk[part.index(cs.start)]
     return out
 
 

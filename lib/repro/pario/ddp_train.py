@@ -164,7 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = [Path(p) for p in job["shards"]]
     sizes = shard_sizes(paths)
     job["sample_shape"] = list(np.asarray(job["val_x"]).shape[1:])
-    rows = [_train_one(Strategy(**s), job, paths, sizes, device) for s in job["strategies"]]
+    latencies = job.get("latencies", [job.get("latency")])
+    rows = [{**_train_one(Strategy(**s), {**job, "latency": lat}, paths, sizes, device), "latency": lat}
+            for lat in latencies for s in job["strategies"]]
     gathered = comm.gather(rows, root=0)
     dist.destroy_process_group()
     if rank == 0:
@@ -176,8 +178,10 @@ def launch_training(job: dict[str, Any], procs: int = 2, timeout: float = 300.0)
     """Train every strategy of ``job`` on ``procs`` processes; return rank 0's report.
 
     ``job``: ``shards`` (paths), ``val_x``/``val_y`` (arrays; their sample shape picks the model),
-    ``strategies`` (:class:`Strategy`), ``epochs``, ``batch``, ``lr``, ``seed``, ``latency`` (s per
-    read), ``bandwidth`` (bytes/s), and optionally ``device`` (``cpu`` by default, ``cuda`` or ``auto``).
+    ``strategies`` (:class:`Strategy`), ``epochs``, ``batch``, ``lr``, ``seed``, ``latencies`` (s per
+    read; every strategy is trained at each, in one launch; a single ``latency`` also works), ``bandwidth``
+    (bytes/s), and optionally ``device`` (``cpu`` by default, ``cuda`` or ``auto``).  Every row of the
+    report carries its ``latency``.
     """
     with tempfile.TemporaryDirectory(prefix="repro-ddp-") as tmp:
         val = Path(tmp, "val.npz")

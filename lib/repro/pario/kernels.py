@@ -18,6 +18,11 @@ sender is the aggregator itself: that data is already local).  Kernels
 ``scattered(W)``
     MPICH's throttled exchange: the same distances as pairwise, ``W`` per round,
     so every rank has at most ``W`` sends and ``W`` receives outstanding.
+``alltoallw``
+    One ``MPI_Alltoallw`` call with per-rank counts and displacements (the
+    authors' ``mpi_test.c`` methods 5 and 8).  MPICH implements it by posting
+    every ``Isend``/``Irecv`` at once, so its round table (and its cost in the
+    models) is the unordered kernel's; on a real MPI the library runs it.
 ``balanced(W)``
     Generalised spread-out: aggregator ``j`` starts at sender ``floor(j P / A)``
     and walks the senders ``W`` per round, so every aggregator receives from
@@ -38,7 +43,7 @@ import numpy as np
 
 from repro.hpc.ir import Recv, Schedule, Send, Step
 
-KERNELS = ("unordered", "pairwise", "scattered", "balanced")
+KERNELS = ("unordered", "pairwise", "scattered", "balanced", "alltoallw")
 #: ROMIO's default kernel, in text form.
 UNORDERED_TEXT = "unordered"
 WINDOWED = ("scattered", "balanced")
@@ -125,18 +130,20 @@ def _distance(p: int, aggregators: np.ndarray) -> np.ndarray:
     return (aggregators[None, :] - np.arange(p)[:, None]) % p
 
 
-def _raw_rounds(spec: KernelSpec, p: int, aggregators: np.ndarray) -> np.ndarray:
+def raw_rounds(spec: KernelSpec, p: int, aggregators: np.ndarray) -> np.ndarray:
+    """The round of every (sender, aggregator) pair under ``spec``, before empty messages and rounds are dropped."""
     A = aggregators.size
-    if spec.name == "unordered":
+    if spec.name in ("unordered", "alltoallw"):  # MPICH's Alltoallw posts every message at once
         return np.zeros((p, A), dtype=np.int64)
     if spec.name == "pairwise":
         return _distance(p, aggregators) - 1
+    window = spec.window or 1  # KernelSpec guarantees a window for the windowed kernels
     if spec.name == "scattered":
-        return (_distance(p, aggregators) - 1) // spec.window
+        return (_distance(p, aggregators) - 1) // window
     # balanced: aggregator j walks the senders from its own start, W per round
     starts = np.arange(A, dtype=np.int64) * p // A
     rel = (np.arange(p)[:, None] - starts[None, :]) % p
-    return rel // spec.window
+    return rel // window
 
 
 def round_table(spec: KernelSpec | str, counts: np.ndarray, aggregators: tuple[int, ...] | list[int]) -> RoundTable:
@@ -163,7 +170,7 @@ def round_table(spec: KernelSpec | str, counts: np.ndarray, aggregators: tuple[i
     p = counts.shape[0]
     if counts.shape != (p, agg.size) or len(set(agg.tolist())) != agg.size:
         raise ValueError("counts must be p x A and aggregators distinct")
-    rounds = _raw_rounds(spec, p, agg)
+    rounds = raw_rounds(spec, p, agg)
     live = (counts > 0) & (np.arange(p)[:, None] != agg[None, :])
     rounds = np.where(live, rounds, -1)
     used = np.unique(rounds[rounds >= 0])

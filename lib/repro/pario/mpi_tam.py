@@ -106,7 +106,7 @@ def tam_write(comm: Any, path: str, requests: Requests, data: np.ndarray, layout
     merged, merged_data = _gather_to_ina(group, requests, data)
     is_ina = merged is not None
     t1 = t2 = time.perf_counter()
-    if is_ina:
+    if merged is not None:
         if kernel is None:
             mpiio.write_all(inas, path, merged.extents, merged_data, {"cb_nodes": layout.nodes, **(hints or {})})
         else:
@@ -119,8 +119,8 @@ def tam_write(comm: Any, path: str, requests: Requests, data: np.ndarray, layout
         gather_s=t1 - t0,
         io_s=t3 - t2,
         is_ina=is_ina,
-        pieces_in=merged.requests.count if is_ina else 0,
-        pieces_out=merged.extents.count if is_ina else 0,
+        pieces_in=merged.requests.count if merged is not None else 0,
+        pieces_out=merged.extents.count if merged is not None else 0,
         layer1_messages=LAYER1_MESSAGES * member,
         layer1_bytes=int(data.size) * member,
     )

@@ -116,18 +116,21 @@ def two_phase_write(comm: Any, path: str, requests: Requests, data: np.ndarray, 
     t0 = time.perf_counter()
     table, counts, mine, aggs = plan_table(comm, requests, A, kernel, stripe)
     # piece lists go to the aggregators (ROMIO's others_req)
-    outgoing = [None] * comm.Get_size()
+    outgoing: list[Any] = [None] * comm.Get_size()
     for a, r in enumerate(aggs):
         outgoing[r] = (mine[a].offsets, mine[a].lengths)
     incoming = comm.alltoall(outgoing)
     schedule = to_schedule(table, counts)
     t1 = time.perf_counter()
-    sendbuf = np.zeros(schedule.work_length, dtype=np.uint8)
     offsets = schedule.offsets
-    sendbuf[offsets[me * A]:offsets[me * A + A]] = data
-    received = execute_mpi(schedule, comm, sendbuf)
+    if kernel.name == "alltoallw":
+        received = alltoallw_exchange(comm, counts, aggs, data, np.asarray(offsets), schedule.work_length)
+    else:
+        sendbuf = np.zeros(schedule.work_length, dtype=np.uint8)
+        sendbuf[offsets[me * A]:offsets[me * A + A]] = data
+        received = execute_mpi(schedule, comm, sendbuf)
     t2 = time.perf_counter()
-    fh = MPI.File.Open(comm, path, MPI.MODE_WRONLY | MPI.MODE_CREATE)
+    fh = mpiio.open_file(comm, path, MPI.MODE_WRONLY | MPI.MODE_CREATE)
     try:
         for a, r in enumerate(aggs):
             if r == me:
@@ -143,6 +146,35 @@ def two_phase_write(comm: Any, path: str, requests: Requests, data: np.ndarray, 
     return TwoPhaseTiming(
         plan_s=t1 - t0, exchange_s=t2 - t1, write_s=t3 - t2, rounds=table.num_rounds, messages=int((table.rounds >= 0).sum())
     )
+
+
+def alltoallw_exchange(comm: Any, counts: np.ndarray, aggs: list[int], data: np.ndarray, offsets: np.ndarray,
+                       work_length: int) -> np.ndarray:
+    """Phase 1 as one ``MPI_Alltoallw``: every rank sends its bytes of domain ``a`` to aggregator ``aggs[a]``.
+
+    Returns the work buffer of :func:`~repro.pario.kernels.to_schedule`'s layout (block ``s * A + a`` at
+    ``offsets[s * A + a]``), so the aggregators place their domains as after the scheduled kernels.
+    """
+    from mpi4py import MPI
+
+    p, A = counts.shape
+    me = comm.Get_rank()
+    cum = np.concatenate([[0], np.cumsum(counts[me])])
+    scounts, sdispls = np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64)
+    for a, r in enumerate(aggs):
+        scounts[r], sdispls[r] = counts[me, a], cum[a]
+    mine = [a for a, r in enumerate(aggs) if r == me]
+    rcounts = counts[:, mine[0]].astype(np.int64) if mine else np.zeros(p, dtype=np.int64)
+    rdispls = np.concatenate([[0], np.cumsum(rcounts)[:-1]])
+    recv = np.empty(int(rcounts.sum()), dtype=np.uint8)
+    types = [MPI.BYTE] * p
+    comm.Alltoallw([np.ascontiguousarray(data, dtype=np.uint8), scounts.tolist(), sdispls.tolist(), types],
+                   [recv, rcounts.tolist(), rdispls.tolist(), types])
+    work = np.zeros(work_length, dtype=np.uint8)
+    for a in mine:
+        for s in range(p):
+            work[offsets[s * A + a]:offsets[s * A + a + 1]] = recv[rdispls[s]:rdispls[s] + rcounts[s]]
+    return work
 
 
 def place_domain(pieces: list[Requests], blocks: list[np.ndarray]) -> tuple[Requests, np.ndarray]:

@@ -17,7 +17,7 @@ and read back through the INAs.  A job with a ``chunked`` field instead writes
 chunked, compressed variables (see :func:`chunked_job`).
 
 :func:`launch` runs it through the shared launcher and returns the report;
-:func:`launch_irregular` launches one job per rank count and seed of an
+:func:`launch_irregular` launches one job per rank count, running every seed of an
 irregular decomposition.
 """
 
@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -40,11 +41,11 @@ from tqdm import tqdm
 from repro import atomic
 from repro.hpc.launcher import run_mpi
 from repro.pario import mpiio
-from repro.pario.chunked import Variable, block_cyclic_slabs, read_table, read_variable, synthetic_field
+from repro.pario.chunked import block_cyclic_slabs, read_table, read_variable, synthetic_field, variable_from_fields
 from repro.pario.decomp import DecompSpec, expected_file, payload
 from repro.pario.intranode import IntraNodeLayout
 from repro.pario.kernels import KernelSpec
-from repro.pario.mpi_chunked import chunked_write, contiguous_requests
+from repro.pario.mpi_chunked import chunked_read, chunked_write, contiguous_requests
 from repro.pario.mpi_tam import tam_read, tam_write
 from repro.pario.mpi_twophase import two_phase_write
 
@@ -63,8 +64,14 @@ def run_job(comm: Any, job: dict[str, Any]) -> dict[str, Any]:
     """Run every write of ``job`` on ``comm``; rank 0 gets the full report, others a partial one."""
     if "chunked" in job:
         return chunked_job(comm, job["chunked"], Path(job["workdir"]))
+    if "decomps" in job:
+        rest = {k: v for k, v in job.items() if k != "decomps"}
+        return {"cases": [run_job(comm, {**rest, "decomp": d}) for d in job["decomps"]]}
+    if "chunked_cases" in job:
+        return {"cases": [chunked_job(comm, case, Path(job["workdir"])) for case in job["chunked_cases"]]}
     rank, p = comm.Get_rank(), comm.Get_size()
-    spec = DecompSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in job["decomp"].items()})
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in job["decomp"].items()}
+    spec = DecompSpec(**fields)
     decomp = spec.build(p)
     mine = decomp.ranks[rank]
     data = payload(mine)
@@ -72,7 +79,7 @@ def run_job(comm: Any, job: dict[str, Any]) -> dict[str, Any]:
     stripe = job.get("stripe")
     repeats = int(job.get("repeats", 1))
     workdir = Path(job["workdir"])
-    hints = {"cb_nodes": A, "romio_cb_write": "enable", "romio_cb_read": "enable"}
+    hints: dict[str, Any] = {"cb_nodes": A, "romio_cb_write": "enable", "romio_cb_read": "enable"}
     if stripe:
         hints["striping_unit"] = stripe
     expected = hashlib.sha256(expected_file(decomp)).hexdigest() if rank == 0 else ""
@@ -112,49 +119,115 @@ def run_job(comm: Any, job: dict[str, Any]) -> dict[str, Any]:
             digest = _digest(path)
             row.update(identical_to_mpi=digest == mpi_digest, equals_pattern=digest == expected)
         report["writes"].append(row)
-    report["tam"] = [tam_case(comm, job["tam"], k, mine, data, workdir, repeats, mpi_digest, expected)
-                     for k in (job.get("tam") or {}).get("per_node", [])]
+    case = WriteCase(mine=mine, data=data, workdir=workdir, repeats=repeats, hints=hints, mpi_digest=mpi_digest,
+                     expected=expected)
+    report["tam"] = [tam_case(comm, job["tam"], k, case) for k in (job.get("tam") or {}).get("per_node", [])]
+    if job.get("independent"):
+        report["independent"] = independent_case(comm, case)
     return report
 
 
-def tam_case(comm: Any, tam: dict[str, Any], per_node: int, mine: Any, data: np.ndarray, workdir: Path,
-             repeats: int, mpi_digest: str, expected: str) -> dict[str, Any]:
-    """One two-layer write with ``per_node`` INAs per node: times, counts and the file check (rank 0)."""
+@dataclass(frozen=True, kw_only=True)
+class WriteCase:
+    """What every write of one irregular job shares: this rank's pieces, where to write, what to compare with.
+
+    Attributes
+    ----------
+    mine, data:
+        This rank's requests and their bytes.
+    workdir:
+        Where the files go.
+    repeats:
+        Timed repetitions (median kept).
+    hints:
+        MPI-IO hints of the all-rank reference write (and of the read-back).
+    mpi_digest, expected:
+        On rank 0, the digest of MPI's own all-rank file and of the known pattern (empty elsewhere).
+    """
+
+    mine: Any
+    data: np.ndarray
+    workdir: Path
+    repeats: int
+    hints: dict[str, Any]
+    mpi_digest: str
+    expected: str
+
+
+def _took_part(comm: Any, before: int) -> int:
+    """Ranks that opened a file through :func:`repro.pario.mpiio.open_file` since ``before`` (this rank's count)."""
+    return int(comm.allreduce(int(mpiio.opens() > before)))
+
+
+def tam_case(comm: Any, tam: dict[str, Any], per_node: int, case: WriteCase) -> dict[str, Any]:
+    """One two-layer write with ``per_node`` INAs per node: times, counts and the file check (rank 0).
+
+    ``participants`` counts the ranks that really opened the file for the write (through
+    :func:`repro.pario.mpiio.open_file`), not the algorithm's own flag of who is an INA.
+    """
     rank = comm.Get_rank()
     layout = IntraNodeLayout(p=comm.Get_size(), ranks_per_node=int(tam["ranks_per_node"]), per_node=per_node)
     kernel = tam.get("kernel")
-    path = workdir / f"tam_{per_node}.bin"
+    path = case.workdir / f"tam_{per_node}.bin"
     parts = []
-    for _ in range(repeats):
+    before = mpiio.opens()
+    for _ in range(case.repeats):
         comm.Barrier()
         t0 = time.perf_counter()
-        timing = tam_write(comm, str(path), mine, data, layout, kernel=kernel)
+        timing = tam_write(comm, str(path), case.mine, case.data, layout, kernel=kernel)
         parts.append([_slowest(comm, x) for x in (timing.gather_s, timing.io_s, time.perf_counter() - t0)])
-    back = tam_read(comm, str(path), mine, layout)
+    participants = _took_part(comm, before)
+    back = tam_read(comm, str(path), case.mine, layout)
     med = np.median(np.array(parts), axis=0)
     row = {"per_node": per_node, "ranks_per_node": layout.ranks_per_node, "nodes": layout.nodes,
            "layer2": kernel or "MPI Write_at_all",
-           "participants": int(comm.allreduce(int(timing.is_ina))),
+           "participants": participants,
            "pieces_in": int(comm.allreduce(timing.pieces_in)), "pieces_out": int(comm.allreduce(timing.pieces_out)),
            "layer1_messages": int(comm.allreduce(timing.layer1_messages)),
            "layer1_bytes": int(comm.allreduce(timing.layer1_bytes)),
            "gather_s": med[0], "io_s": med[1], "total_s": med[2],
-           "read_back_ok": not comm.allreduce(int(not np.array_equal(back, data)))}
+           "read_back_ok": not comm.allreduce(int(not np.array_equal(back, case.data)))}
     if rank == 0:
         digest = _digest(path)
-        row.update(identical_to_mpi=digest == mpi_digest, equals_pattern=digest == expected)
+        row.update(identical_to_mpi=digest == case.mpi_digest, equals_pattern=digest == case.expected)
+    return row
+
+
+def independent_case(comm: Any, case: WriteCase) -> dict[str, Any]:
+    """Independent I/O, no aggregation: every rank writes each of its extents with ``Write_at``.
+
+    Times, the ranks that opened the file, the read-back and (rank 0) the file check against MPI's.
+    """
+    path = case.workdir / "independent.bin"
+    times = []
+    before = mpiio.opens()
+    for _ in range(case.repeats):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        mpiio.independent_write(comm, str(path), case.mine, case.data)
+        times.append(_slowest(comm, time.perf_counter() - t0))
+    participants = _took_part(comm, before)
+    back = mpiio.read_all(comm, str(path), case.mine, case.hints)
+    row = {"write_s": float(np.median(times)), "participants": participants,
+           "writes": int(comm.allreduce(int(case.mine.count))),
+           "read_back_ok": not comm.allreduce(int(not np.array_equal(back, case.data)))}
+    if comm.Get_rank() == 0:
+        digest = _digest(path)
+        row.update(identical_to_mpi=digest == case.mpi_digest, equals_pattern=digest == case.expected)
     return row
 
 
 def chunked_job(comm: Any, job: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    """Write chunked variables in every mode and uncompressed; rank 0 checks files and reads them back.
+    """Write chunked variables in every mode and uncompressed, read them back collectively; rank 0 checks files.
 
     ``job``: ``variables`` (fields of :class:`~repro.pario.chunked.Variable`), ``grid`` ``[pr, pc]``,
-    ``tile``, ``seed``, ``modes`` (``"per-request"``, ``"aggregated"``), ``repeats``.
+    ``tile``, ``seed``, ``modes`` (``"per-request"``, ``"aggregated"``), ``repeats``, and optionally
+    ``keep`` (a path: rank 0 copies the aggregated file there).  After each mode's write every rank reads
+    its hyperslabs back with :func:`~repro.pario.mpi_chunked.chunked_read` in the same mode (one round per
+    variable, or one for all); ``read_differing`` counts the variables some rank read back differently.
     """
     rank = comm.Get_rank()
-    variables = [Variable(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
-                 for d in job["variables"]]
+    variables = [variable_from_fields(d) for d in job["variables"]]
     grid, tile = tuple(job["grid"]), tuple(job["tile"])
     fields = [synthetic_field(v, job["seed"] + i) for i, v in enumerate(variables)]
     slabs = [block_cyclic_slabs(v, rank, grid, tile) for v in variables]
@@ -173,6 +246,16 @@ def chunked_job(comm: Any, job: dict[str, Any], workdir: Path) -> dict[str, Any]
         med = np.median(np.array(parts), axis=0)
         row = {"mode": mode, "rounds": t.rounds, "owners_s": med[0], "exchange_s": med[1], "compress_s": med[2],
                "io_s": med[3], "total_s": med[4]}
+        reads = []
+        for _ in range(repeats):
+            comm.Barrier()
+            back, rt = chunked_read(comm, str(path), slabs, aggregate=mode == "aggregated")
+            reads.append([_slowest(comm, x) for x in (rt.owners_s, rt.exchange_s, rt.compress_s, rt.io_s, rt.total_s)])
+        differing = [int(any(not np.array_equal(a, b) for a, b in zip(got, want))) for got, want in zip(back, pieces)]
+        rmed = np.median(np.array(reads), axis=0)
+        row.update(read_rounds=rt.rounds, read_owners_s=rmed[0], read_exchange_s=rmed[1], read_decode_s=rmed[2],
+                   read_io_s=rmed[3], read_total_s=rmed[4],
+                   read_differing=int(sum(comm.allreduce(np.asarray(differing, dtype=np.int64)) > 0)))
         if rank == 0:
             table = read_table(path)
             ext = table.extents()
@@ -186,6 +269,8 @@ def chunked_job(comm: Any, job: dict[str, Any], workdir: Path) -> dict[str, Any]
         out["modes"].append(row)
     if rank == 0:
         out["modes_identical"] = len(set(digests.values())) <= 1
+        if job.get("keep") and "aggregated" in job["modes"]:
+            shutil.copyfile(workdir / "chunked_aggregated.bin", job["keep"])
     # uncompressed baseline: the same slabs, variables back to back, one collective write
     req, order = contiguous_requests(variables, slabs)
     data = np.concatenate([fields[i][s.index()].ravel().view(np.uint8) for i, s in order]) if order else np.zeros(0, np.uint8)
@@ -264,7 +349,7 @@ class IrregularRun:
 
 def launch_irregular(ranks: Sequence[int], seeds: Sequence[int], file_bytes: int, mean_run: int,
                      job: Callable[[int], dict[str, Any]], timeout: float) -> Iterator[IrregularRun]:
-    """Launch a job on an irregular decomposition for every rank count and seed, rank counts outermost.
+    """Run a job on an irregular decomposition for every rank count and seed: one launch per rank count.
 
     Parameters
     ----------
@@ -275,17 +360,19 @@ def launch_irregular(ranks: Sequence[int], seeds: Sequence[int], file_bytes: int
     job
         The job's fields other than ``decomp`` at ``p`` ranks (aggregators, kernels, repeats ...).
     timeout
-        Seconds each launch may take.
+        Seconds each launch may take (it runs every seed).
 
     Yields
     ------
     IrregularRun
         One per (rank count, seed), in that order.
     """
-    for p in tqdm(ranks, desc="MPI runs (rank counts)"):
-        for seed in seeds:
-            spec = DecompSpec(kind="irregular", file_size=file_bytes, mean_run=mean_run, seed=seed)
-            yield IrregularRun(p=p, seed=seed, spec=spec, report=launch(p, {"decomp": spec.__dict__, **job(p)}, timeout=timeout))
+    for p in tqdm(ranks, desc="MPI launches (one per rank count)"):
+        specs = [DecompSpec(kind="irregular", file_size=file_bytes, mean_run=mean_run, seed=seed) for seed in seeds]
+        rep = launch(p, {"decomps": [spec.__dict__ for spec in specs], **job(p)}, timeout=timeout)
+        for seed, spec, report in zip(seeds, specs, rep["cases"]):
+            yield IrregularRun(p=p, seed=seed, spec=spec, report=report)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,6 +14,27 @@ import numpy as np
 
 from repro.pario.decomp import Requests
 
+_OPENS = [0]
+"""How many times this process opened a file through :func:`open_file` (every MPI-IO open of the family)."""
+
+
+def opens() -> int:
+    """How many MPI-IO file opens this process has made so far (a rank that took part in an I/O call opened the file)."""
+    return _OPENS[0]
+
+
+def open_file(comm: Any, path: str, amode: int, info: Any = None) -> Any:
+    """``MPI.File.Open`` (collective over ``comm``), counted for :func:`opens`.
+
+    Every MPI-IO call of the family goes through it, so a test or a check can count which ranks really
+    took part in a write, rather than trusting a flag of the algorithm.
+    """
+    from mpi4py import MPI
+
+    fh = MPI.File.Open(comm, path, amode, MPI.INFO_NULL if info is None else info)
+    _OPENS[0] += 1
+    return fh
+
 
 def make_info(hints: Mapping[str, str | int] | None) -> Any:
     """An ``MPI.Info`` holding ``hints`` (e.g. ``cb_nodes``, ``romio_cb_write``)."""
@@ -70,7 +91,7 @@ def write_all(comm: Any, path: str, requests: Requests, data: np.ndarray,
     if buf.size != requests.nbytes:
         raise ValueError(f"data has {buf.size} bytes, requests select {requests.nbytes}")
     info = make_info(hints)
-    fh = MPI.File.Open(comm, path, MPI.MODE_WRONLY | MPI.MODE_CREATE, info)
+    fh = open_file(comm, path, MPI.MODE_WRONLY | MPI.MODE_CREATE, info)
     try:
         collective_write(fh, requests, buf)
     finally:
@@ -93,13 +114,30 @@ def collective_write(fh: Any, requests: Requests, data: np.ndarray) -> None:
             ftype.Free()
 
 
+def collective_read(fh: Any, requests: Requests) -> np.ndarray:
+    """On an open file: set the hindexed view of ``requests`` and ``Read_at_all`` the bytes (collective).
+
+    Every rank calls it, a rank with no request too (it reads nothing); returns the bytes in request order.
+    """
+    from mpi4py import MPI
+
+    buf = np.empty(requests.nbytes, dtype=np.uint8)
+    ftype = _with_view(fh, requests)
+    try:
+        fh.Read_at_all(0, [buf, buf.size, MPI.BYTE])
+    finally:
+        if ftype != MPI.BYTE:
+            ftype.Free()
+    return buf
+
+
 def read_all(comm: Any, path: str, requests: Requests, hints: Mapping[str, str | int] | None = None) -> np.ndarray:
     """Collective read (MPI's ``Read_at_all``) of the bytes ``requests`` selects, in request order."""
     from mpi4py import MPI
 
     buf = np.empty(requests.nbytes, dtype=np.uint8)
     info = make_info(hints)
-    fh = MPI.File.Open(comm, path, MPI.MODE_RDONLY, info)
+    fh = open_file(comm, path, MPI.MODE_RDONLY, info)
     ftype = _with_view(fh, requests)
     try:
         fh.Read_at_all(0, [buf, buf.size, MPI.BYTE])
@@ -109,6 +147,20 @@ def read_all(comm: Any, path: str, requests: Requests, hints: Mapping[str, str |
             ftype.Free()
         info.Free()
     return buf
+
+
+def independent_write(comm: Any, path: str, requests: Requests, data: np.ndarray) -> None:
+    """Independent I/O: every rank opens the file and writes each of its extents with ``Write_at`` (no aggregation)."""
+    from mpi4py import MPI
+
+    buf = np.ascontiguousarray(data, dtype=np.uint8)
+    if buf.size != requests.nbytes:
+        raise ValueError(f"data has {buf.size} bytes, requests select {requests.nbytes}")
+    fh = open_file(comm, path, MPI.MODE_WRONLY | MPI.MODE_CREATE)
+    try:
+        write_extents(fh, requests, buf)
+    finally:
+        fh.Close()
 
 
 def write_extents(fh: Any, extents: Requests, data: np.ndarray) -> None:

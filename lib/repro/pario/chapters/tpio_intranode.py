@@ -3,13 +3,19 @@
 * :func:`exact_runs` writes an uneven irregular decomposition on 8 to 16 MPI
   ranks, pretending groups of ``ranks_per_node`` consecutive ranks are a node,
   with MPI's own ``Write_at_all`` on all ranks and with TAM for every ``k``
-  (:mod:`repro.pario.mpi_tam`); files must be byte-identical and only the
-  ``N k`` INAs may call MPI-IO.  Times are indicative only.
+  (:mod:`repro.pario.mpi_tam`), and with independent I/O (every rank writes
+  its own extents with ``Write_at``, no aggregation); files must be
+  byte-identical, and the ranks that really open the file for a TAM write
+  (counted at :func:`repro.pario.mpiio.open_file`) must be the ``N k`` INAs.
+  Times are indicative only.  One launch per rank count runs every seed.
 * :func:`simgrid_runs` simulates the inter-node exchange of plain two-phase
   I/O and of TAM's layer 2 with SimGrid on a Dragonfly (one node per router).
 * :func:`model_runs` costs both layers at 16 to 256 nodes of 64 ranks with
   the endpoint model (:mod:`repro.pario.tam_model`), sweeping the
   per-message overheads ``o0`` and ``o1`` that decide the verdict.
+
+:class:`Params` holds the chapter's parameters, :func:`run` runs it and :func:`claims` gives the ledger
+its evidence (one value per seed of the irregular map).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from repro.params import ChapterParams, require
 from repro.pario.exchange_sim import DragonflyConstants, best_speedup, irregular_pattern, platform_for, simulate_kernel
 from repro.pario.figures import speedup_against_queue_cost
 from repro.pario.intranode import IntraNodeLayout
@@ -29,6 +36,81 @@ from repro.pario.mpi_worker import launch_irregular
 from repro.pario.tam_model import NodeConstants, layer2_loads, plain_loads, simulate_layer2, tam_time
 
 PLAIN = "two-phase"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each)."""
+
+    exact_ranks: tuple[int, ...]
+    exact_ranks_per_node: int
+    exact_per_node: tuple[int, ...]
+    exact_file_kib: int
+    exact_mean_run: int
+    repeats: int
+    seeds: tuple[int, ...]
+    bytes_per_rank: int
+    mean_run: int
+    model_nodes: tuple[int, ...]
+    model_ranks_per_node: int
+    model_per_node: tuple[int, ...]
+    sim_nodes: tuple[int, ...]
+    sim_ranks_per_node: int
+    sim_per_node: tuple[int, ...]
+    bandwidth_gbs: float
+    global_bandwidth_gbs: float
+    link_latency_ns: float
+    switch_latency_ns: float
+    alpha_us: float
+    shm_alpha_us: float
+    memory_bandwidth_gbs: float
+    merge_ns: float
+    o0_ns: float
+    o1_ns: float
+    fixed_costs_ns: tuple[float, ...]
+    queue_costs_ns: tuple[float, ...]
+
+    def checks(self) -> None:
+        """Refuse impossible combinations before any MPI job or simulation starts."""
+        require(all(p % self.exact_ranks_per_node == 0 for p in self.exact_ranks), self,
+                ("exact_ranks", "exact_ranks_per_node"), "every exact_ranks value must be a multiple of exact_ranks_per_node")
+        require(all(self.exact_ranks_per_node % k == 0 for k in self.exact_per_node), self,
+                ("exact_per_node", "exact_ranks_per_node"), "every exact_per_node value must divide exact_ranks_per_node")
+        require(all(self.model_ranks_per_node % k == 0 and k < self.model_ranks_per_node for k in self.model_per_node),
+                self, ("model_per_node", "model_ranks_per_node"),
+                "every model_per_node value must be a proper divisor of model_ranks_per_node")
+        require(all(self.sim_ranks_per_node % k == 0 and k < self.sim_ranks_per_node for k in self.sim_per_node),
+                self, ("sim_per_node", "sim_ranks_per_node"),
+                "every sim_per_node value must be a proper divisor of sim_ranks_per_node")
+        require(max(self.sim_nodes) * self.sim_ranks_per_node <= 1024, self, ("sim_nodes", "sim_ranks_per_node"),
+                "plain two-phase puts every message in flight at once, and SimGrid's flow solver needs minutes for the "
+                "16k flows of 1024 hosts and hours beyond: at most 1024 hosts")
+        require(self.exact_file_kib * 1024 >= max(self.exact_ranks) * self.exact_mean_run, self,
+                ("exact_file_kib", "exact_ranks", "exact_mean_run"),
+                "the real writes' file must hold at least one mean run per rank")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
+
+    def exact_config(self) -> ExactConfig:
+        """The real-MPI runs of the chapter."""
+        return ExactConfig(ranks=self.exact_ranks, ranks_per_node=self.exact_ranks_per_node,
+                           per_node=self.exact_per_node, file_bytes=self.exact_file_kib * 1024,
+                           mean_run=self.exact_mean_run, repeats=self.repeats)
+
+    def scale_config(self) -> ScaleConfig:
+        """Pattern, platform and model constants at scale (seconds and bytes/s)."""
+        return ScaleConfig(
+            bytes_per_rank=self.bytes_per_rank, mean_run=self.mean_run, model_nodes=self.model_nodes,
+            model_ranks_per_node=self.model_ranks_per_node, model_per_node=self.model_per_node,
+            sim_nodes=self.sim_nodes, sim_ranks_per_node=self.sim_ranks_per_node, sim_per_node=self.sim_per_node,
+            platform=DragonflyConstants(bandwidth=self.bandwidth_gbs * 1e9, global_bandwidth=self.global_bandwidth_gbs * 1e9,
+                                        link_latency=self.link_latency_ns * 1e-9,
+                                        switch_latency=self.switch_latency_ns * 1e-9, alpha=self.alpha_us * 1e-6),
+            model=EndpointModel(alpha=self.alpha_us * 1e-6, bandwidth=self.bandwidth_gbs * 1e9, o0=self.o0_ns * 1e-9,
+                                o1=self.o1_ns * 1e-9),
+            node=NodeConstants(alpha_shm=self.shm_alpha_us * 1e-6, memory_bandwidth=self.memory_bandwidth_gbs * 1e9,
+                               merge=self.merge_ns * 1e-9),
+            queue_costs=tuple(c * 1e-9 for c in self.queue_costs_ns),
+            fixed_costs=tuple(c * 1e-9 for c in self.fixed_costs_ns))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,14 +158,34 @@ class ExactRecord:
     mpi_write_s: float
 
 
-def exact_runs(cfg: ExactConfig, seeds: list[int], timeout: float = 300.0) -> list[ExactRecord]:
-    """TAM writes for every rank count, seed and ``k``, each checked against MPI's file."""
+@dataclass(frozen=True, kw_only=True)
+class IndependentRecord:
+    """One independent write on real MPI (every rank writes its extents with ``Write_at``), MPI's write beside it."""
+
+    p: int
+    seed: int
+    participants: int
+    writes: int
+    identical_to_mpi: bool
+    read_back_ok: bool
+    write_s: float
+    mpi_write_s: float
+
+
+def exact_runs(cfg: ExactConfig, seeds: list[int], timeout: float = 900.0) -> tuple[list[ExactRecord], list[IndependentRecord]]:
+    """TAM writes for every rank count, seed and ``k``, and independent writes, each checked against MPI's file."""
     def job(p: int) -> dict:
-        return {"aggregators": p // cfg.ranks_per_node, "kernels": [], "repeats": cfg.repeats,
+        return {"aggregators": p // cfg.ranks_per_node, "kernels": [], "repeats": cfg.repeats, "independent": True,
                 "tam": {"ranks_per_node": cfg.ranks_per_node, "per_node": list(cfg.per_node)}}
 
-    out = []
+    out, independent = [], []
     for run in launch_irregular(cfg.ranks, seeds, cfg.file_bytes, cfg.mean_run, job, timeout):
+        ind = run.report["independent"]
+        independent.append(IndependentRecord(p=run.p, seed=run.seed, participants=ind["participants"],
+                                             writes=ind["writes"],
+                                             identical_to_mpi=bool(ind["identical_to_mpi"] and ind["equals_pattern"]),
+                                             read_back_ok=bool(ind["read_back_ok"]), write_s=ind["write_s"],
+                                             mpi_write_s=run.report["mpi"]["write_s"]))
         for t in run.report["tam"]:
             out.append(
                 ExactRecord(
@@ -102,7 +204,7 @@ def exact_runs(cfg: ExactConfig, seeds: list[int], timeout: float = 300.0) -> li
                     mpi_write_s=run.report["mpi"]["write_s"],
                 )
             )
-    return out
+    return out, independent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,25 +336,81 @@ def tam_speedup(times: pd.DataFrame, column: str) -> pd.DataFrame:
     )
 
 
-def claims(
-    exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame, cfg: ScaleConfig, seeds: list[int]
-) -> dict[str, list[float]]:
-    """Per-seed values of every claim of the chapter (see its registry file)."""
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
+
+    Attributes
+    ----------
+    params:
+        The parameters of the run.
+    exact, independent:
+        The TAM writes and the independent writes on real MPI.
+    sims:
+        The SimGrid runs of the inter-node exchange.
+    sweep:
+        :func:`model_runs`: the endpoint model for every node count, seed, ``k``, ``o0`` and ``o1``.
+    """
+
+    params: Params
+    exact: list[ExactRecord]
+    independent: list[IndependentRecord]
+    sims: list[SimRecord]
+    sweep: pd.DataFrame
+
+
+def run(params: Params) -> Results:
+    """The real MPI writes, the SimGrid runs and the endpoint model."""
+    seeds = list(params.seeds)
+    exact, independent = exact_runs(params.exact_config(), seeds)
+    scale = params.scale_config()
+    return Results(params=params, exact=exact, independent=independent, sims=simgrid_runs(scale, seeds),
+                   sweep=model_runs(scale, seeds))
+
+
+def claims(results: Results) -> dict[str, list[float]]:
+    """Per-seed values of every claim of the chapter (see its registry file).
+
+    ``participants`` compares the ranks that really opened the file for each TAM write with ``N k``.
+    """
+    prm, cfg, sweep = results.params, results.params.scale_config(), results.sweep
+    seeds = list(prm.seeds)
     n_model, n_sim = max(cfg.model_nodes), max(cfg.sim_nodes)
     stated = sweep[(sweep.nodes == n_model) & (sweep.o0 == cfg.model.o0) & (sweep.o1 == cfg.model.o1)]
     model_sp = tam_speedup(stated, "total_s")
-    sim_df = pd.DataFrame([r.__dict__ for r in sims])
+    sim_df = pd.DataFrame([r.__dict__ for r in results.sims])
     sim_sp = tam_speedup(sim_df[sim_df.nodes == n_sim], "sim_s")
+    exact, independent = results.exact, results.independent
     return {
         "tam_comm_speedup": [float(model_sp[model_sp.seed == s].speedup.iloc[0]) for s in seeds],
         "tam_flow_speedup": [float(sim_sp[sim_sp.seed == s].speedup.iloc[0]) for s in seeds],
-        "files_identical": [float(sum(not (r.identical_to_mpi and r.read_back_ok) for r in exact if r.seed == s)) for s in seeds],
-        "participants": [float(max(abs(r.participants - r.nodes * r.per_node) for r in exact if r.seed == s)) for s in seeds],
+        "files_identical": [float(sum(not (r.identical_to_mpi and r.read_back_ok) for r in exact if r.seed == s)
+                                  + sum(not (r.identical_to_mpi and r.read_back_ok) for r in independent if r.seed == s))
+                            for s in seeds],
+        "participants": [float(max(abs(r.participants - r.nodes * r.per_node) for r in exact if r.seed == s))
+                         for s in seeds],
     }
 
 
-def scaling_figure(sweep: pd.DataFrame, cfg: ScaleConfig) -> plt.Figure:
+def write_table(results: Results) -> pd.DataFrame:
+    """The real writes side by side per rank count: MPI's all-rank write, independent I/O and TAM per ``k``.
+
+    Times are medians on an oversubscribed shared host: indicative only.
+    """
+    rows = [dict(p=r.p, seed=r.seed, method="independent I/O (Write_at per extent)", participants=r.participants,
+                 write_s=r.write_s, identical=r.identical_to_mpi and r.read_back_ok) for r in results.independent]
+    rows += [dict(p=r.p, seed=r.seed, method="MPI Write_at_all, every rank", participants=r.p, write_s=r.mpi_write_s,
+                  identical=True) for r in results.independent]
+    rows += [dict(p=r.p, seed=r.seed, method=f"TAM k={r.per_node}", participants=r.participants, write_s=r.tam_s,
+                  identical=r.identical_to_mpi and r.read_back_ok) for r in results.exact]
+    df = pd.DataFrame(rows)
+    return df.groupby(["p", "method"], sort=False).agg(participants=("participants", "max"),
+                                                       write_s=("write_s", "mean"), identical=("identical", "all"))
+
+
+def scaling_figure(results: Results) -> plt.Figure:
     """Communication time against processes (left) and the layers per ``k`` at the largest scale (right)."""
+    sweep, cfg = results.sweep, results.params.scale_config()
     stated = sweep[(sweep.o0 == cfg.model.o0) & (sweep.o1 == cfg.model.o1)]
     mean = stated.groupby(["method", "per_node", "p"])[["layer1_s", "layer2_s", "total_s"]].mean().reset_index()
     fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(11, 4))
@@ -278,8 +436,9 @@ def scaling_figure(sweep: pd.DataFrame, cfg: ScaleConfig) -> plt.Figure:
     return fig
 
 
-def overhead_sweep_figure(sweep: pd.DataFrame) -> plt.Figure:
+def overhead_sweep_figure(results: Results) -> plt.Figure:
     """Plain over best-TAM speedup against ``o1``, one line per ``o0``, at the largest node count."""
+    sweep = results.sweep
     top = sweep[sweep.nodes == sweep.nodes.max()]
     sp = tam_speedup(top, "total_s")
     stats = sp.groupby(["o0", "o1"]).speedup.agg(["mean", "std"]).reset_index()

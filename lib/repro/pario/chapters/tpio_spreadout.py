@@ -5,8 +5,9 @@ Three parts, one per kind of evidence:
 * :func:`exact_runs` writes an uneven E3SM-like irregular decomposition on
   4 to 16 MPI ranks (oversubscribed, local files) with MPI's own
   ``Write_at_all`` and with our two-phase write under every kernel
-  (:mod:`repro.pario.mpi_worker`); files must be byte-identical.  Times are
-  indicative only.
+  (:mod:`repro.pario.mpi_worker`), the authors' ``MPI_Alltoallw`` baseline
+  included (``alltoallw``: the exchange as one ``Alltoallw`` call); files must be
+  byte-identical.  Times are indicative only.  One launch per rank count runs every seed.
 * :func:`simgrid_runs` simulates the exchange of every kernel with SimGrid on a
   Dragonfly (shared executor on a zoned platform; max-min flow sharing,
   per-message start-up, no MPI queue model).  Its cost grows with the number
@@ -16,6 +17,11 @@ Three parts, one per kind of evidence:
 * :func:`model_runs` costs the kernels at 1024 to 16384 ranks with the
   endpoint model of :mod:`repro.pario.kernels`, whose per-message
   queue-search cost ``o1`` is swept because the verdict depends on it.
+  MPICH's ``Alltoallw`` posts every message at once, so in both models it is
+  the unordered kernel.
+
+:class:`Params` holds the chapter's parameters, :func:`run` runs it and :func:`claims` gives the ledger
+its evidence (one value per seed of the irregular map).
 """
 
 from __future__ import annotations
@@ -28,13 +34,88 @@ import pandas as pd
 from tqdm import tqdm
 
 from repro.hpc.platforms import Platform
+from repro.params import ChapterParams, require
 from repro.pario.exchange_sim import DragonflyConstants, best_speedup, irregular_pattern, platform_for, simulate_kernel
 from repro.pario.figures import speedup_against_queue_cost
 from repro.pario.kernels import EndpointModel, KernelSpec, round_loads, round_table
 from repro.pario.mpi_worker import launch_irregular
 from repro.pario.twophase import exchange_plan
+from repro.registry import load_registry
+from repro.verdicts import confidence_interval
+
+CHAPTER = "tpio-spreadout"
 
 UNORDERED = KernelSpec(name="unordered")
+
+
+def _kernel_ok(text: str) -> bool:
+    name, _, win = text.partition(":")
+    return (name in ("unordered", "pairwise", "alltoallw") and not win) or (name in ("scattered", "balanced")
+                                                                             and win.isdigit() and int(win) >= 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each)."""
+
+    exact_ranks: tuple[int, ...]
+    exact_file_kib: int
+    exact_mean_run: int
+    exact_ranks_per_aggregator: int
+    exact_kernels: tuple[str, ...]
+    repeats: int
+    seeds: tuple[int, ...]
+    bytes_per_rank: int
+    mean_run: int
+    windows: tuple[int, ...]
+    sim_ranks: tuple[int, ...]
+    sim_ranks_per_node: int
+    sim_max_flows: int
+    model_ranks: tuple[int, ...]
+    model_ranks_per_node: int
+    bandwidth_gbs: float
+    global_bandwidth_gbs: float
+    link_latency_ns: float
+    switch_latency_ns: float
+    alpha_us: float
+    sim_alphas_us: tuple[float, ...]
+    o0_ns: float
+    o1_ns: float
+    queue_costs_ns: tuple[float, ...]
+
+    def checks(self) -> None:
+        """Refuse impossible combinations before any MPI job or simulation starts."""
+        require(all(_kernel_ok(k) for k in self.exact_kernels), self, "exact_kernels",
+                "exact_kernels must be unordered, pairwise, alltoallw, scattered:W or balanced:W (W >= 1)")
+        require(all(p % self.sim_ranks_per_node == 0 for p in self.sim_ranks), self, ("sim_ranks", "sim_ranks_per_node"),
+                "every sim_ranks value must be a multiple of sim_ranks_per_node")
+        require(all(p % self.model_ranks_per_node == 0 for p in self.model_ranks), self,
+                ("model_ranks", "model_ranks_per_node"), "every model_ranks value must be a multiple of model_ranks_per_node")
+        require(min(self.windows) < min(self.sim_ranks), self, ("windows", "sim_ranks"),
+                "at least one window must be smaller than the smallest SimGrid rank count")
+        require(self.exact_file_kib * 1024 >= max(self.exact_ranks) * self.exact_mean_run, self,
+                ("exact_file_kib", "exact_ranks", "exact_mean_run"),
+                "the real writes' file must hold at least one mean run per rank")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
+
+    def exact_config(self) -> ExactConfig:
+        """The real-MPI runs of the chapter."""
+        return ExactConfig(ranks=self.exact_ranks, file_bytes=self.exact_file_kib * 1024, mean_run=self.exact_mean_run,
+                           ranks_per_aggregator=self.exact_ranks_per_aggregator, kernels=self.exact_kernels,
+                           repeats=self.repeats)
+
+    def scale_config(self) -> ScaleConfig:
+        """The paper-scale pattern and the models' constants (seconds and bytes/s)."""
+        return ScaleConfig(
+            bytes_per_rank=self.bytes_per_rank, mean_run=self.mean_run, windows=self.windows, sim_ranks=self.sim_ranks,
+            sim_ranks_per_node=self.sim_ranks_per_node, sim_max_flows=self.sim_max_flows, model_ranks=self.model_ranks,
+            model_ranks_per_node=self.model_ranks_per_node,
+            platform=DragonflyConstants(bandwidth=self.bandwidth_gbs * 1e9, global_bandwidth=self.global_bandwidth_gbs * 1e9,
+                                        link_latency=self.link_latency_ns * 1e-9,
+                                        switch_latency=self.switch_latency_ns * 1e-9, alpha=self.alpha_us * 1e-6),
+            model=EndpointModel(alpha=self.alpha_us * 1e-6, bandwidth=self.bandwidth_gbs * 1e9, o0=self.o0_ns * 1e-9,
+                                o1=self.o1_ns * 1e-9),
+            queue_costs=tuple(c * 1e-9 for c in self.queue_costs_ns))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +172,7 @@ class ExactRecord:
     mpi_write_s: float
 
 
-def exact_runs(cfg: ExactConfig, seeds: list[int], timeout: float = 300.0) -> list[ExactRecord]:
+def exact_runs(cfg: ExactConfig, seeds: list[int], timeout: float = 900.0) -> list[ExactRecord]:
     """Write the irregular decomposition with MPI and with every kernel, for every rank count and seed."""
     def job(p: int) -> dict:
         return {"aggregators": cfg.aggregators(p), "kernels": list(cfg.kernels), "repeats": cfg.repeats}
@@ -301,13 +382,23 @@ def alpha_sweep(cfg: ScaleConfig, sims: list[SimRecord], seeds: list[int], alpha
 
 
 def alphas_holding(sweep: pd.DataFrame, null: float) -> list[float]:
-    """Swept ``alpha`` values at which the SimGrid speedup's sign holds against ``null`` (mean - sd > null)."""
-    stats = best_spreadout_speedup(sweep).groupby("alpha").speedup.agg(["mean", "std"])
-    return [float(a) for a, row in stats.iterrows() if row["mean"] - (0.0 if pd.isna(row["std"]) else row["std"]) > null]
+    """Swept ``alpha`` values at which the SimGrid speedup's 95% interval over seeds lies above ``null``.
+
+    With one seed the value itself is compared (the book's convention, :mod:`repro.verdicts`).
+    """
+    out = []
+    for alpha, grp in best_spreadout_speedup(sweep).groupby("alpha"):
+        vals = grp.speedup.tolist()
+        low = confidence_interval(vals)[0] if len(vals) >= 2 else vals[0]
+        if low > null:
+            out.append(float(alpha))
+    return out
 
 
-def alpha_figure(sweep: pd.DataFrame, stated: float, null: float) -> plt.Figure:
+def alpha_figure(results: Results) -> plt.Figure:
     """SimGrid's unordered over best balanced(W) time against the per-message start-up ``alpha``."""
+    sweep, stated = results.alpha, results.params.alpha_us * 1e-6
+    null = load_registry().get(CHAPTER).claim("flow_model_speedup").null_value
     stats = best_spreadout_speedup(sweep).groupby("alpha").speedup.agg(["mean", "std"]).reset_index()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     ax.errorbar(
@@ -328,10 +419,46 @@ def flip_cost(sweep: pd.DataFrame, p: int) -> float | None:
     return float(above.index.min()) if len(above) else None
 
 
-def claims(
-    exact: list[ExactRecord], sims: list[SimRecord], sweep: pd.DataFrame, cfg: ScaleConfig, seeds: list[int]
-) -> dict[str, list[float]]:
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
+
+    Attributes
+    ----------
+    params:
+        The parameters of the run.
+    exact:
+        Every kernel's write on real MPI.
+    sims:
+        The SimGrid points (within the ``sim_max_flows`` budget).
+    sweep:
+        :func:`model_runs`: the endpoint model for every kernel, rank count, seed and ``o1``.
+    alpha:
+        :func:`alpha_sweep`: SimGrid's start-up sweep at the flow-model rank count.
+    """
+
+    params: Params
+    exact: list[ExactRecord]
+    sims: list[SimRecord]
+    sweep: pd.DataFrame
+    alpha: pd.DataFrame
+
+
+def run(params: Params) -> Results:
+    """The real MPI writes, the SimGrid runs, the endpoint model and SimGrid's start-up sweep."""
+    seeds = list(params.seeds)
+    scale = params.scale_config()
+    exact = exact_runs(params.exact_config(), seeds)
+    sims = simgrid_runs(scale, seeds)
+    sweep = model_runs(scale, seeds)
+    alpha = alpha_sweep(scale, sims, seeds, [a * 1e-6 for a in params.sim_alphas_us])
+    return Results(params=params, exact=exact, sims=sims, sweep=sweep, alpha=alpha)
+
+
+def claims(results: Results) -> dict[str, list[float]]:
     """Per-seed values of every claim of the chapter (see its registry file)."""
+    cfg, seeds, sweep, sims, exact = (results.params.scale_config(), list(results.params.seeds), results.sweep,
+                                      results.sims, results.exact)
     p_model, p_sim = max(cfg.model_ranks), flow_model_ranks(sims, seeds)
     at_cost = best_spreadout_speedup(sweep[(sweep.p == p_model) & (sweep.o1 == cfg.model.o1)])
     sim_df = pd.DataFrame([{"p": r.p, "seed": r.seed, "kernel": r.kernel, "time_s": r.sim_s} for r in sims])
@@ -344,7 +471,8 @@ def claims(
             float(sum(not (r.identical_to_mpi and r.equals_pattern and r.read_back_ok) for r in exact if r.seed == s))
             for s in seeds
         ],
-        "window_bound": [float(max((r.max_posted - r.window for r in windowed if r.seed == s), default=0)) for s in seeds],
+        "window_bound": [float(max((r.max_posted - (r.window or 0) for r in windowed if r.seed == s), default=0))
+                         for s in seeds],
     }
 
 
@@ -357,8 +485,9 @@ def _style(label: str) -> dict:
     return dict(marker="s" if label.startswith("balanced") else "^", ls="-" if label.startswith("balanced") else ":")
 
 
-def scaling_figure(sweep: pd.DataFrame, sims: list[SimRecord], o1: float) -> plt.Figure:
-    """Exchange time against ranks per kernel: endpoint model at ``o1`` (left), SimGrid vs model at ``o1 = 0`` (right)."""
+def scaling_figure(results: Results) -> plt.Figure:
+    """Exchange time against ranks per kernel: endpoint model at the stated ``o1`` (left), SimGrid vs model at ``o1 = 0``."""
+    sweep, sims, o1 = results.sweep, results.sims, results.params.o1_ns * 1e-9
     fig, (ax_m, ax_s) = plt.subplots(1, 2, figsize=(11, 4))
     mean = sweep[sweep.o1 == o1].groupby(["kernel", "p"]).time_s.mean().reset_index()
     for kernel, grp in mean.groupby("kernel", sort=False):
@@ -388,13 +517,15 @@ def scaling_figure(sweep: pd.DataFrame, sims: list[SimRecord], o1: float) -> plt
     return fig
 
 
-def queue_sweep_figure(sweep: pd.DataFrame, paper_value: float) -> plt.Figure:
+def queue_sweep_figure(results: Results) -> plt.Figure:
     """Spread-out speedup over unordered against the queue-search cost ``o1``, one line per ``P``."""
-    sp = best_spreadout_speedup(sweep)
+    paper_value = load_registry().get(CHAPTER).claim("spreadout_speedup").paper_value
+    sp = best_spreadout_speedup(results.sweep)
     stats = sp.groupby(["p", "o1"]).speedup.agg(["mean", "std"]).reset_index()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     speedup_against_queue_cost(ax, stats, "p", lambda p: f"P = {p}")
-    ax.axhline(paper_value, color="tab:red", ls="--", label="paper (end-to-end, up to)")
+    if paper_value is not None:
+        ax.axhline(paper_value, color="tab:red", ls="--", label="paper (end-to-end, up to)")
     ax.set(
         xscale="log",
         yscale="log",
@@ -406,8 +537,9 @@ def queue_sweep_figure(sweep: pd.DataFrame, paper_value: float) -> plt.Figure:
     return fig
 
 
-def exact_figure(df: pd.DataFrame) -> plt.Figure:
+def exact_figure(results: Results) -> plt.Figure:
     """Real-MPI runs: exchange time per kernel and MPI's write time over ours (indicative, oversubscribed)."""
+    df = exact_frame(results.exact)
     fig, (ax_e, ax_r) = plt.subplots(1, 2, figsize=(11, 3.6))
     stats = df.groupby(["p", "kernel"], sort=False)[["exchange_s", "mpi_over_ours"]].mean().reset_index()
     kernels = list(dict.fromkeys(stats.kernel))
