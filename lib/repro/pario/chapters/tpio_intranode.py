@@ -380,10 +380,21 @@ def claims(results: Results) -> dict[str, list[float]]:
     model_sp = tam_speedup(stated, "total_s")
     sim_df = pd.DataFrame([r.__dict__ for r in results.sims])
     sim_sp = tam_speedup(sim_df[sim_df.nodes == n_sim], "sim_s")
-    exact, independent = results.exact, results.independent
     return {
         "tam_comm_speedup": [float(model_sp[model_sp.seed == s].speedup.iloc[0]) for s in seeds],
         "tam_flow_speedup": [float(sim_sp[sim_sp.seed == s].speedup.iloc[0]) for s in seeds],
+        **real_run_checks(results),
+    }
+
+
+def real_run_checks(results: Results) -> dict[str, list[float]]:
+    """The two checks of the real runs, per seed.
+
+    ``files_identical``: files that differ from MPI's or fail to read back; ``participants``: the largest gap
+    between the ranks that opened the file for a TAM write and ``N k``.
+    """
+    seeds, exact, independent = list(results.params.seeds), results.exact, results.independent
+    return {
         "files_identical": [float(sum(not (r.identical_to_mpi and r.read_back_ok) for r in exact if r.seed == s)
                                   + sum(not (r.identical_to_mpi and r.read_back_ok) for r in independent if r.seed == s))
                             for s in seeds],
