@@ -78,9 +78,11 @@ book: data dvcyaml
 	jupyter-book build $(BOOK_DIR) -W -n --keep-going -q
 	@echo "book: $(CURDIR)/$(BOOK_DIR)/_build/html/index.html"
 
-## lint: ruff (pycodestyle, pyflakes, import order, numpy-style docstrings)
+## lint: ruff (pycodestyle, pyflakes, import order, numpy-style docstrings, at most 8 arguments a function)
+## and mypy over lib/repro (the machinery strict, the families with their untyped bodies checked; pyproject.toml)
 lint: setup
 	ruff check lib tests bench
+	mypy
 
 ## lint, unit tests, every chapter at the smoke profile, and a -W book build
 test: data lint

@@ -108,20 +108,20 @@ def verdicts_by_family_svg(registry: Registry, claims: list[ScoredClaim]) -> str
 
 def ours_vs_paper_svg(claims: list[ScoredClaim]) -> str:
     """Our effect against the paper's on log-log axes with the reproduction band; each point links to its chapter."""
-    pts = [c for c in claims if c.paper_value is not None and c.mean is not None and c.verdict is not None]
+    effects = [(abs(c.paper_value - c.null_value), c.mean - c.null_value, c.paper_value - c.null_value, c.verdict, c)
+               for c in claims if c.paper_value is not None and c.mean is not None and c.verdict is not None]
     fig = Figure(figsize=(6.5, 5.5))
     ax = fig.subplots()
-    effects = [(abs(c.paper_value - c.null_value), c.mean - c.null_value, c) for c in pts]
-    shown = [(x, y, c) for x, y, c in effects if x > 0 and y * (c.paper_value - c.null_value) > 0]
+    shown = [(x, y, verdict, c) for x, y, gap, verdict, c in effects if x > 0 and y * gap > 0]
     if shown:
-        lo = min(min(x, abs(y)) for x, y, _ in shown) / 3
-        hi = max(max(x, abs(y)) for x, y, _ in shown) * 3
+        lo = min(min(x, abs(y)) for x, y, _, _ in shown) / 3
+        hi = max(max(x, abs(y)) for x, y, _, _ in shown) * 3
         grid = [lo, hi]
         ax.plot(grid, grid, color="black", lw=0.8, label="ours = paper")
         ax.fill_between(grid, [g * BAND[0] for g in grid], [g * BAND[1] for g in grid], color="0.85",
                         label=f"reproduction band ({BAND[0]:g}–{BAND[1]:g}×)")
-        for x, y, c in shown:
-            colour = CLASS_COLOURS[verdict_class(c.verdict)]
+        for x, y, verdict, c in shown:
+            colour = CLASS_COLOURS[verdict_class(verdict)]
             dot = ax.scatter([x], [abs(y)], color=colour, edgecolor="black", s=36, zorder=3)
             dot.set_urls([f"chapters/{c.chapter.family}/{c.chapter.id}.html"])
         ax.set_xscale("log")
@@ -181,12 +181,13 @@ def chapter_page(chapter: Chapter, profile: str, root: Path) -> dict[str, Any]:
     src = executed_notebook(chapter.id, profile)
     record = results.load_result(chapter.id, profile)
     if not src.is_file() or record is None:
-        nb = json.loads((root / chapter.notebook).read_text())
-        title = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+        blank = json.loads((root / chapter.notebook).read_text())
+        title = next(c for c in blank["cells"] if c["cell_type"] == "markdown")
         note = (f"```{{warning}}\nThis chapter has not been run at the `{profile}` profile on this machine yet: "
                 f"run `repro run {chapter.id} --profile {profile}` (or `make book`).\n```\n")
-        return {"cells": [title, _md_cell(note, "not-run")], "metadata": nb["metadata"], "nbformat": 4, "nbformat_minor": 5}
-    nb = json.loads(src.read_text())
+        return {"cells": [title, _md_cell(note, "not-run")], "metadata": blank["metadata"], "nbformat": 4,
+                "nbformat_minor": 5}
+    nb: dict[str, Any] = json.loads(src.read_text())
     for cell in nb["cells"]:
         tags = cell.setdefault("metadata", {}).setdefault("tags", [])
         if "parameters" in tags and "remove-cell" not in tags:

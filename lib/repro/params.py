@@ -32,7 +32,7 @@ from repro.registry import Chapter, load_registry
 
 PROFILES = ("smoke", "cpu", "paper")
 DEFAULT_PROFILE = "cpu"
-_SCALARS = {"int": int, "float": float, "str": str, "bool": bool, "device": str}
+_SCALARS: dict[str, type[Any]] = {"int": int, "float": float, "str": str, "bool": bool, "device": str}
 
 
 class ParameterError(ValueError):
@@ -121,7 +121,7 @@ def _check_scalar(name: str, kind: str, value: Any, spec: dict[str, Any]) -> Any
         raise ParameterError(f"parameter {name!r}: {value!r} is not a finite number")
     if kind == "device":
         try:
-            check_device(name, value)
+            check_device(name, str(value))
         except DeviceError as exc:
             raise ParameterError(str(exc)) from None
     if "choices" in spec and value not in spec["choices"]:

@@ -179,7 +179,7 @@ class Ledger:
             )
         return rows
 
-    def table(self):  # -> pandas.io.formats.style.Styler
+    def table(self) -> Any:  # a pandas Styler
         """The claims table, styled for display in the notebook (full text, no index)."""
         import pandas as pd
 
@@ -260,7 +260,7 @@ def load_result(chapter_id: str, profile: str) -> dict[str, Any] | None:
     p = record_file(chapter_id, profile)
     if not p.is_file():
         return None
-    rec = json.loads(p.read_text())
+    rec: dict[str, Any] = json.loads(p.read_text())
     run = run_file(chapter_id, profile)
     if run.is_file():
         rec["run"] = json.loads(run.read_text())

@@ -222,6 +222,8 @@ def judge(claim: Claim, values: Sequence[float], *, profile: str) -> Judgement:
                          f"once, not {len(vals)} times; a sweep is a figure, not an sd")
     mean, sd = mean_sd(vals)
     n = len(vals)
+    low: float | None
+    high: float | None
     if n >= 2:
         low, high = confidence_interval(vals)
     elif claim.deterministic or claim.kind == "structural":
