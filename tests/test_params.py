@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -156,3 +157,29 @@ def test_injected_parameters_are_checked_and_lists_read_from_text():
         params.injected("fedlama", {**ns, "phis": "[0]"})
     with pytest.raises(params.ParameterError, match="parameter 'lr'"):
         params.injected("fedlama", {**ns, "lr": "fast"})
+
+
+def test_a_misspelt_parameter_given_to_papermill_is_refused_by_name():
+    """``papermill ... -p roundz 4`` injects ``roundz``; the first setup line refuses it instead of ignoring it."""
+    ns = {**params.resolve(CH, "smoke"), "profile": "smoke", "output_dir": "x", "In": [], "Out": {},
+          "get_ipython": print, "notebook_params": params.notebook_params, "_i1": "code"}
+    assert params.unknown_names(CH, ns) == []
+    with pytest.raises(params.ParameterError, match="unknown parameter 'roundz'"):
+        params.injected("fedlama", {**ns, "roundz": 4})
+    with pytest.raises(params.ParameterError, match="unknown parameter 'roundz'"):
+        params.notebook_params("fedlama", {**ns, "roundz": 4})
+
+
+def test_params_checks_run_before_any_kernel(monkeypatch):
+    """A driver's ``Params.checks()`` is part of validation: a failing check names its parameters."""
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Strict(params.ChapterParams):
+        rounds: int = 1
+
+        def checks(self) -> None:
+            params.require(self.rounds > 100, self, "rounds", "must exceed 100")
+
+    monkeypatch.setattr(params, "params_class", lambda chapter: Strict)
+    with pytest.raises(params.ParameterError, match=r"parameter 'rounds': must exceed 100 \(got rounds=1\)"):
+        params.build_params(CH, {"rounds": 1})
