@@ -1,10 +1,14 @@
-"""Paper values live in the registry only: no notebook code cell types one.
+"""Paper values and assumptions live in the registry and the profiles only: no notebook code cell types one.
 
 Every numeric literal in a chapter's code cells (the ``parameters`` cell
 aside: its values are the run's settings) is compared with the paper values
-of that chapter's claims.  Two kinds of literal are not paper values and are
-let through: a unit factor (``100 * share``, ``x / 1000``) and a plotting
-style keyword (``alpha=0.5``).
+of that chapter's claims, and with what a notebook must read rather than
+type: the claims' null values, swept margins and learning margins, the
+reproduction band, and the numbers of the chapter's cpu profile (its
+hyper-parameters, sizes and seeds).  Some literals are none of these and are
+let through: a unit factor (``100 * share``, ``x / 1000``, ``s / 60``,
+``bytes * 8``), a plotting style or table format keyword (``alpha=0.5``,
+``precision=3``), and 0, 1, -1 and 2.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from repro.registry import load_registry
+from repro.params import load_profiles
+from repro.registry import BAND, Chapter, load_registry
 
 ROOT = Path(__file__).resolve().parents[1]
-UNIT_FACTORS = {10.0, 100.0, 1000.0, 1024.0, 1e6, 1e9, 1e-3, 1e-6, 1e-9}
-STYLE_KEYWORDS = {"alpha", "lw", "linewidth", "ls", "s", "markersize", "ms", "fontsize", "zorder", "width", "pad"}
+UNIT_FACTORS = {8.0, 10.0, 60.0, 100.0, 1000.0, 1024.0, 1e6, 1e9, 1e-3, 1e-6, 1e-9}
+STYLE_KEYWORDS = {"alpha", "lw", "linewidth", "ls", "s", "markersize", "ms", "fontsize", "zorder", "width", "pad",
+                  "precision", "decimals"}
+HARMLESS = {0.0, 1.0, -1.0, 2.0}
 
 
 def _is_number(node: ast.AST) -> bool:
@@ -74,6 +81,28 @@ CHAPTERS = [ch for ch in load_registry().chapters
 def test_no_paper_value_is_typed_in_a_notebook(ch):
     values = {float(c.paper_value) for c in ch.claims if isinstance(c.paper_value, (int, float))}
     assert typed_paper_values(_code_without_parameters(ROOT / ch.notebook), values) == []
+
+
+def assumed_values(ch: Chapter) -> set[float]:
+    """What a chapter's notebook must read, not type: margins, the band and its cpu profile's numbers."""
+    values = set(BAND)
+    for c in ch.claims:
+        values.update({c.null_value, *c.null_sweep})
+        if c.learning is not None:
+            values.add(c.learning.margin)
+            if c.learning.trivial_value is not None:
+                values.add(c.learning.trivial_value)
+    for v in load_profiles(ch)["cpu"].values():
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, (int, float)) and not isinstance(x, bool):
+                values.add(float(x))
+    return {float(v) for v in values} - HARMLESS
+
+
+@pytest.mark.parametrize("ch", load_registry().chapters, ids=lambda ch: ch.id)
+def test_no_assumed_value_is_typed_in_a_notebook(ch):
+    """No hyper-parameter, seed, null value, margin or band is typed in a notebook: it reads Params or the registry."""
+    assert typed_paper_values(_code_without_parameters(ROOT / ch.notebook), assumed_values(ch)) == []
 
 
 def test_a_typed_paper_value_is_found_and_factors_are_not():
