@@ -64,8 +64,11 @@ class DiskStore(HostStore):
 
     def __init__(self, folder: str | Path | None = None) -> None:
         super().__init__()
-        self._tmp = tempfile.TemporaryDirectory() if folder is None else None
-        self.folder = Path(folder if folder is not None else self._tmp.name)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if folder is None:
+            self._tmp = tempfile.TemporaryDirectory()
+            folder = self._tmp.name
+        self.folder = Path(folder)
         self._meta: dict[int, tuple[torch.dtype, tuple[int, ...], torch.device]] = {}
 
     def put(self, t: torch.Tensor) -> int:
@@ -267,4 +270,11 @@ def gradients(
     """Parameter gradients of the cross-entropy loss of one batch under ``policy`` (for equality checks)."""
     model.zero_grad(set_to_none=True)
     nn.functional.cross_entropy(run_chain(model, x, policy, store), y).backward()
-    return [p.grad.detach().clone() for p in model.parameters()]
+    return [_grad(p).detach().clone() for p in model.parameters()]
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's gradient, which back-propagation must have produced."""
+    if p.grad is None:
+        raise RuntimeError(f"a parameter of shape {tuple(p.shape)} received no gradient")
+    return p.grad

@@ -70,6 +70,8 @@ class OverlapEngine:
         n = len(self.pending)
         for work, param in self.pending:
             work.wait()
+            if param.grad is None:
+                raise RuntimeError("a reduction was launched for a parameter without a gradient")
             param.grad.div_(self.world)
         self.pending.clear()
         return n
@@ -100,7 +102,7 @@ def vgg_mini(num_classes: int = 10, width_divisor: int = 8, image: int = 64) -> 
     layers: list[tuple[str, nn.Module]] = []
     cin, k = 3, 0
     for v in cfg:
-        if v == "M":
+        if not isinstance(v, int):
             layers.append((f"pool{k}", nn.MaxPool2d(2)))
         else:
             cout = v // width_divisor
@@ -175,7 +177,7 @@ def _train(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, steps:
         loss = F.cross_entropy(net(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if mode == "overlap":
+        if engine is not None:
             messages += engine.synchronize()
         elif mode == "no_overlap":
             allreduce_after_backward(model)
@@ -203,8 +205,8 @@ def timing_rank(ctx: RankContext, job: TimingJob) -> list[ModeTiming]:
             _train(model, mode, x, y, job.warmup, job.lr, job.ddp_bucket_mb)  # warm-up steps, untimed
             torch.manual_seed(seed)
             model = vgg_mini(job.num_classes, job.width_divisor, job.image).to(dev)
-            seconds, messages, model = _train(model, mode, x, y, job.iterations, job.lr, job.ddp_bucket_mb)
+            seconds, messages, trained = _train(model, mode, x, y, job.iterations, job.lr, job.ddp_bucket_mb)
             out.append(ModeTiming(seed=seed, mode=mode, seconds_per_iteration=seconds / job.iterations,
-                                  params=tuple(p.detach().cpu().numpy().copy() for p in model.parameters()),
+                                  params=tuple(p.detach().cpu().numpy().copy() for p in trained.parameters()),
                                   messages_per_iteration=messages / job.iterations))
     return out

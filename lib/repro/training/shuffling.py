@@ -19,15 +19,24 @@ was not available.
 
 Every exchange returns an :class:`ExchangeRecord` with the samples picked,
 the samples that moved, their bytes and the peak per-worker storage.
+
+Workers that never see the whole data set (LS, small Q) also hold BatchNorm
+running statistics of their own shard only; :func:`averaged_bn_statistics`
+evaluates a replica with its workers' statistics averaged, as an allreduce of
+the BatchNorm buffers before the test pass would, instead of one worker's.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
+import torch
 
 from repro.partition import partition
+from repro.training.simulator import ReplicaBank
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,3 +159,27 @@ def label_spread(labels: np.ndarray, shards: list[np.ndarray], num_classes: int)
     overall = np.bincount(labels, minlength=num_classes) / len(labels)
     tv = [0.5 * np.abs(np.bincount(labels[s], minlength=num_classes) / len(s) - overall).sum() for s in shards]
     return float(np.mean(tv))
+
+
+@contextlib.contextmanager
+def averaged_bn_statistics(bank: ReplicaBank) -> Iterator[ReplicaBank]:
+    """Within the block, every worker of every replica holds its replica's workers' mean BatchNorm statistics.
+
+    Each BatchNorm layer's running mean and running variance are replaced by their mean over the S workers of
+    the replica (an allreduce-average of the buffers), so an evaluation inside the block, which reads worker
+    0's statistics, uses the workers' average instead; the buffers are restored on leaving the block.
+    The variance is the mean of the workers' variances, as averaging the buffers gives, not the pooled
+    variance of their union (which would add the spread of the workers' means).
+    """
+    names = [f"running_{kind}{k}" for k in range(len(bank.momentum_bn)) for kind in ("mean", "var")]
+    saved = {n: getattr(bank, n).clone() for n in names}
+    try:
+        with torch.no_grad():
+            for n in names:
+                buf = getattr(bank, n)
+                buf.copy_(buf.mean(dim=1, keepdim=True).expand_as(buf))
+        yield bank
+    finally:
+        with torch.no_grad():
+            for n, value in saved.items():
+                getattr(bank, n).copy_(value)

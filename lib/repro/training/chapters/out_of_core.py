@@ -1,6 +1,6 @@
 """Chapter driver: out-of-core training by combining layer swapping and recomputation (KARMA).
 
-Three kinds of evidence, kept apart:
+Four kinds of evidence, kept apart:
 
 - exactness: every keep/swap/recompute policy gives plain training's gradients (host and disk stores);
 - measured: per-block forward/backward times and saved bytes of three small models profiled on one CPU
@@ -8,11 +8,14 @@ Three kinds of evidence, kept apart:
   checks the synchronous variant of the simulator;
 - modelled: the two-stream simulator (:mod:`repro.training.ooc_sim`) with an emulated device capacity and
   host link, on which the hybrid planner is compared with swap-only and recompute-only planners; the link
-  bandwidth, which decides the outcome, is swept.
+  bandwidth and the device capacity, which decide the outcome, are swept;
+- the multi-node part in miniature: 2 gloo ranks train the MLP data-parallel under the hybrid planner's
+  policy, with every layer's allreduce pipelined with back-propagation and the update on a host copy of
+  the weights (:mod:`repro.training.ooc_dp`), against plain synchronous data parallelism.
 
 The models are built and their inputs drawn on the CPU, then moved to the ``device`` parameter's device,
 where they are profiled and checked; on a GPU the host store swaps to host memory, the real out-of-core
-case, and every clock reading waits for the queued kernels.
+case, and every clock reading waits for the queued kernels.  The data-parallel ranks stay on the CPU.
 """
 
 from __future__ import annotations
@@ -28,8 +31,44 @@ import torch
 from torch import nn
 
 from repro.devices import resolve_device, synchronize
+from repro.params import ChapterParams, require
+from repro.training.launcher import launch
 from repro.training.memory import BlockProfile, DiskStore, gradients, profile_chain, run_chain
+from repro.training.ooc_dp import DP_MODES, DPJob, DPTiming, dp_rank
 from repro.training.ooc_sim import Plan, exhaustive, greedy, peak_memory, simulate
+
+MLP_WIDTH, CNN_CHANNELS, TRANSFORMER_WIDTH = 512, 16, 64
+"""The three chains' widths at ``scale`` 1 (the cpu profile); ``scale`` multiplies them."""
+DP_RANKS = 2
+"""Gloo ranks of the data-parallel (multi-node) part."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each)."""
+
+    scale: int
+    capacity_fraction: float
+    capacity_fractions: tuple[float, ...]
+    bandwidth_ratios: tuple[float, ...]
+    claim_ratio: float
+    exhaustive_limit: int
+    repeats: int
+    seeds: tuple[int, ...]
+    dp_steps: int
+    dp_warmup: int
+    device: str
+
+    def checks(self) -> None:
+        """Refuse combinations the planners or the claims cannot take, naming the parameters."""
+        require(self.claim_ratio in self.bandwidth_ratios, self, ("claim_ratio", "bandwidth_ratios"),
+                "claim_ratio must be one of bandwidth_ratios")
+        require(self.capacity_fraction in self.capacity_fractions, self, ("capacity_fraction", "capacity_fractions"),
+                "capacity_fraction must be one of capacity_fractions")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
+        require(self.exhaustive_limit >= 8, self, "exhaustive_limit",
+                "the greedy planner is judged against the exhaustive optimum: the 8-block chains must be searched "
+                "exhaustively (exhaustive_limit >= 8)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,9 +115,10 @@ def transformer_chain(d_model: int, depth: int, batch: int, seq: int, seed: int)
 def workloads(scale: int, seed: int, device: str = "cpu") -> list[Workload]:
     """The three profiled models on ``device``; ``scale`` multiplies their width (1 = the cpu profile's size)."""
     dev = resolve_device(device)
-    built = [mlp_chain(512 * scale, 8, 256, seed), cnn_chain(16 * scale, 8, 16, 32, seed),
-             transformer_chain(64 * scale, 6, 8, 64, seed)]
+    built = [mlp_chain(MLP_WIDTH * scale, 8, 256, seed), cnn_chain(CNN_CHANNELS * scale, 8, 16, 32, seed),
+             transformer_chain(TRANSFORMER_WIDTH * scale, 6, 8, 64, seed)]
     return [Workload(name=w.name, model=w.model.to(dev), batch=w.batch.to(dev), labels=w.labels.to(dev)) for w in built]
+
 
 
 def reference_bandwidth(blocks: list[BlockProfile]) -> float:
@@ -86,9 +126,14 @@ def reference_bandwidth(blocks: list[BlockProfile]) -> float:
     return sum(b.activation_bytes for b in blocks) / sum(b.forward_s for b in blocks)
 
 
+SINGLE = ("best swap-only", "best recompute-only")
+NAIVE = ("swap-all", "recompute-all")
+HYBRID, OPTIMUM = "hybrid (greedy)", "hybrid (optimum)"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Comparison:
-    """The planners on one profiled model at one bandwidth.
+    """The planners on one profiled model at one bandwidth and one device capacity.
 
     Attributes
     ----------
@@ -101,6 +146,7 @@ class Comparison:
     model: str
     seed: int
     bandwidth_ratio: float
+    capacity_fraction: float
     in_core: float
     times: dict[str, float]
     policies: dict[str, tuple[str, ...]]
@@ -110,8 +156,16 @@ def _t(plan: Plan) -> float:
     return plan.schedule.time if plan.feasible else float("inf")
 
 
-def compare(name: str, seed: int, blocks: list[BlockProfile], capacity_fraction: float, bandwidth_ratio: float,
-            exhaustive_limit: int) -> Comparison:
+@dataclass(frozen=True, kw_only=True)
+class Emulated:
+    """The emulated device and link a comparison runs on."""
+
+    capacity_fraction: float
+    bandwidth_ratio: float
+    exhaustive_limit: int
+
+
+def compare(name: str, seed: int, blocks: list[BlockProfile], emulated: Emulated) -> Comparison:
     """Every planner on one model.
 
     Naive swap-all / recompute-all, the best swap-only and recompute-only policies (exhaustive over
@@ -121,18 +175,19 @@ def compare(name: str, seed: int, blocks: list[BlockProfile], capacity_fraction:
     """
     n = len(blocks)
     weights = sum(b.weight_bytes for b in blocks)
-    capacity = weights + capacity_fraction * (peak_memory(blocks, ["keep"] * n) - weights)
-    bw = bandwidth_ratio * reference_bandwidth(blocks)
+    capacity = weights + emulated.capacity_fraction * (peak_memory(blocks, ["keep"] * n) - weights)
+    bw = emulated.bandwidth_ratio * reference_bandwidth(blocks)
     plans: dict[str, Plan] = {}
-    for label, pol in (("swap-all", ["swap"] * n), ("recompute-all", ["recompute"] * n)):
+    for label, pol in zip(NAIVE, (["swap"] * n, ["recompute"] * n)):
         s = simulate(blocks, pol, bw)
         plans[label] = Plan(policy=tuple(pol), schedule=s, feasible=s.peak_bytes <= capacity)
-    search = exhaustive if n <= exhaustive_limit else greedy
+    search = exhaustive if n <= emulated.exhaustive_limit else greedy
     plans["best swap-only"] = search(blocks, bw, capacity, ("keep", "swap"))
     plans["best recompute-only"] = search(blocks, bw, capacity, ("keep", "recompute"))
-    plans["hybrid (greedy)"] = greedy(blocks, bw, capacity)
-    plans["hybrid (optimum)"] = exhaustive(blocks, bw, capacity) if n <= exhaustive_limit else plans["hybrid (greedy)"]
-    return Comparison(model=name, seed=seed, bandwidth_ratio=bandwidth_ratio, in_core=simulate(blocks, ["keep"] * n, bw).time,
+    plans[HYBRID] = greedy(blocks, bw, capacity)
+    plans[OPTIMUM] = exhaustive(blocks, bw, capacity) if n <= emulated.exhaustive_limit else plans[HYBRID]
+    return Comparison(model=name, seed=seed, bandwidth_ratio=emulated.bandwidth_ratio,
+                      capacity_fraction=emulated.capacity_fraction, in_core=simulate(blocks, ["keep"] * n, bw).time,
                       times={k: _t(p) for k, p in plans.items()}, policies={k: p.policy for k, p in plans.items()})
 
 
@@ -188,7 +243,7 @@ def disk_check(work: Workload, blocks: list[BlockProfile], repeats: int) -> list
     for label, pol in (("keep", ["keep"] * n), ("swap", ["swap"] * n), ("recompute", ["recompute"] * n)):
         store = DiskStore()
 
-        def step() -> None:
+        def step(pol: list[str] = pol, store: DiskStore = store) -> None:
             work.model.zero_grad(set_to_none=True)
             nn.functional.cross_entropy(run_chain(work.model, work.batch, pol, store), work.labels).backward()
 
@@ -238,31 +293,71 @@ class SeedResult:
     grad_diff: float
 
 
-def run_seed(
-    seed: int, scale: int, capacity_fraction: float, ratios: list[float], exhaustive_limit: int, repeats: int, device: str = "cpu"
-) -> SeedResult:
-    """Profile the models on ``device``, run every planner at every bandwidth ratio, and the disk and gradient checks."""
+def emulations(params: Params) -> list[Emulated]:
+    """Every bandwidth at the claim capacity, and every capacity at the claim bandwidth (the two sweeps)."""
+    out = [Emulated(capacity_fraction=params.capacity_fraction, bandwidth_ratio=r, exhaustive_limit=params.exhaustive_limit)
+           for r in params.bandwidth_ratios]
+    out += [Emulated(capacity_fraction=c, bandwidth_ratio=params.claim_ratio, exhaustive_limit=params.exhaustive_limit)
+            for c in params.capacity_fractions if c != params.capacity_fraction]
+    return out
+
+
+def run_seed(params: Params, seed: int) -> SeedResult:
+    """Profile the models on ``device``, run every planner on both sweeps, and the disk and gradient checks."""
     torch.set_num_threads(1)
-    works = workloads(scale, seed, device)
-    profiles = {w.name: profile_chain(w.model, w.batch, repeats) for w in works}
-    comps = [compare(w.name, seed, profiles[w.name], capacity_fraction, r, exhaustive_limit) for w in works for r in ratios]
-    disk = disk_check(works[0], profiles[works[0].name], repeats)
+    works = workloads(params.scale, seed, params.device)
+    profiles = {w.name: profile_chain(w.model, w.batch, params.repeats) for w in works}
+    comps = [compare(w.name, seed, profiles[w.name], e) for w in works for e in emulations(params)]
+    disk = disk_check(works[0], profiles[works[0].name], params.repeats)
     return SeedResult(
         seed=seed, profiles=profiles, comparisons=comps, disk=disk, grad_diff=max(gradient_check(w, seed) for w in works)
     )
 
 
-def sweep(
-    seeds: list[int],
-    scale: int,
-    capacity_fraction: float,
-    ratios: list[float],
-    exhaustive_limit: int,
-    repeats: int,
-    device: str = "cpu",
-) -> list[SeedResult]:
-    """:func:`run_seed` for every seed on ``device``, in this process (timings must not compete with each other)."""
-    return [run_seed(s, scale, capacity_fraction, ratios, exhaustive_limit, repeats, device) for s in seeds]
+def at_claim(result: SeedResult, params: Params) -> list[Comparison]:
+    """The seed's comparisons at the claims' bandwidth and capacity (one per model)."""
+    return [c for c in result.comparisons
+            if c.bandwidth_ratio == params.claim_ratio and c.capacity_fraction == params.capacity_fraction]
+
+
+def dp_jobs(params: Params, results: list[SeedResult]) -> DPJob:
+    """The data-parallel part: the MLP of every seed under its hybrid plan at the claims' bandwidth and capacity."""
+    mlps = [workloads(params.scale, r.seed, "cpu")[0] for r in results]
+    policies = [next(c for c in at_claim(r, params) if c.model == mlp.name).policies[HYBRID]
+                for r, mlp in zip(results, mlps)]
+    return DPJob(models=tuple(m.model for m in mlps), policies=tuple(policies), seeds=tuple(r.seed for r in results),
+                 features=mlps[0].batch.shape[1], classes=10, batch=len(mlps[0].batch) // DP_RANKS,
+                 steps=params.dp_steps, warmup=params.dp_warmup)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced: every seed's profiles, planners and checks, and the data-parallel runs.
+
+    Attributes
+    ----------
+    params
+        The parameters of the run.
+    seeds
+        One :class:`SeedResult` per seed.
+    dp
+        Each rank's timings of the data-parallel part (:func:`repro.training.ooc_dp.dp_rank`).
+    dp_policies
+        The out-of-core policy of the pipelined mode, per seed.
+    """
+
+    params: Params
+    seeds: list[SeedResult]
+    dp: list[list[DPTiming]]
+    dp_policies: tuple[tuple[str, ...], ...]
+
+
+def run(params: Params) -> Results:
+    """Every seed's profiling, planners and checks (one after the other: timings must not compete), then the ranks."""
+    seeds = [run_seed(params, s) for s in params.seeds]
+    job = dp_jobs(params, seeds)
+    return Results(params=params, seeds=seeds, dp=launch(dp_rank, DP_RANKS, (job,), timeout_s=600),
+                   dp_policies=job.policies)
 
 
 def profile_table(result: SeedResult) -> pd.DataFrame:
@@ -283,79 +378,128 @@ def profile_table(result: SeedResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def throughput_table(results: list[SeedResult], ratio: float) -> pd.DataFrame:
-    """Normalised throughput (in-core time / method time) per model and method at one bandwidth ratio, mean over seeds."""
-    rows = []
-    for c in (c for r in results for c in r.comparisons if c.bandwidth_ratio == ratio):
-        rows += [{"model": c.model, "method": m, "throughput": c.in_core / t} for m, t in c.times.items()]
+def _comparisons(results: Results, ratio: float | None = None, capacity: float | None = None) -> list[Comparison]:
+    p = results.params
+    ratio = p.claim_ratio if ratio is None else ratio
+    capacity = p.capacity_fraction if capacity is None else capacity
+    return [c for r in results.seeds for c in r.comparisons if c.bandwidth_ratio == ratio and c.capacity_fraction == capacity]
+
+
+def throughput_table(results: Results) -> pd.DataFrame:
+    """Normalised throughput (in-core time / method time) per model and method at the claims' link and capacity."""
+    rows = [{"model": c.model, "method": m, "throughput": c.in_core / t}
+            for c in _comparisons(results) for m, t in c.times.items()]
     return pd.DataFrame(rows).groupby(["model", "method"], sort=False).throughput.mean().unstack()
 
 
-def hybrid_speedup(c: Comparison, planner: str = "hybrid (greedy)") -> float:
+def speedup_over(c: Comparison, baselines: tuple[str, ...], planner: str = HYBRID) -> float:
+    """The fastest baseline's time over the planner's time (``nan`` when the planner fits nothing)."""
+    best = min(c.times[b] for b in baselines)
+    return best / c.times[planner] if np.isfinite(c.times[planner]) else float("nan")
+
+
+def hybrid_speedup(c: Comparison, planner: str = HYBRID) -> float:
     """Best single-technique time over the hybrid planner's time (``nan`` when nothing fits)."""
-    best_single = min(c.times["best swap-only"], c.times["best recompute-only"])
-    return best_single / c.times[planner] if np.isfinite(c.times[planner]) else float("nan")
+    return speedup_over(c, SINGLE, planner)
 
 
-def claims(results: list[SeedResult], ratio: float) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims at the claim's bandwidth ratio."""
-    at = lambda r: [c for c in r.comparisons if c.bandwidth_ratio == ratio]  # noqa: E731
+def mean_speedup(results: Results, baselines: tuple[str, ...] = SINGLE, ratio: float | None = None,
+                 capacity: float | None = None) -> float:
+    """The hybrid's speed-up over the fastest of ``baselines``, mean over models and seeds (one emulation)."""
+    return float(np.nanmean([speedup_over(c, baselines) for c in _comparisons(results, ratio, capacity)]))
+
+
+def best_single(results: Results, ratio: float) -> str:
+    """Which single technique is faster more often over models and seeds at ``ratio`` (the claims' capacity)."""
+    wins = [min(SINGLE, key=lambda m: c.times[m]) for c in _comparisons(results, ratio)]
+    return max(SINGLE, key=wins.count)
+
+
+def _dp_runs(results: Results, seed: int) -> list[dict[str, DPTiming]]:
+    """Each rank's two modes of one seed, by mode."""
+    return [{t.mode: t for t in rank if t.seed == seed} for rank in results.dp]
+
+
+def dp_difference(results: Results, seed: int) -> float:
+    """Largest parameter difference of one seed between the two modes on each rank, and between the ranks."""
+    runs = _dp_runs(results, seed)
+    pairs = [(r["synchronous"], r["pipelined"]) for r in runs] + [(runs[0]["pipelined"], r["pipelined"]) for r in runs[1:]]
+    return max(float(np.max(np.abs(x - y))) for a, b in pairs for x, y in zip(a.params, b.params))
+
+
+def dp_table(results: Results) -> pd.DataFrame:
+    """The data-parallel part per seed: each mode's time per step (slower rank), the policy and the modes' difference."""
+    rows = []
+    for seed, policy in zip(results.params.seeds, results.dp_policies):
+        runs = _dp_runs(results, seed)
+        row: dict[str, float | int | str] = {"seed": seed}
+        for mode in DP_MODES:
+            row[f"{mode} ms/step"] = 1e3 * max(r[mode].seconds_per_step for r in runs)
+        row["pipelined policy (k/s/r per block)"] = " ".join(pol[0] for pol in policy)
+        row["largest parameter difference"] = dp_difference(results, seed)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def claims(results: Results) -> dict[str, list[float]]:
+    """Per-seed values of the chapter's claims at the claims' bandwidth and capacity."""
+    p = results.params
+
+    def greedy_gap(c: Comparison) -> float:
+        return 100 * (c.times[HYBRID] / c.times[OPTIMUM] - 1)
+
     return {
-        "hybrid_speedup": [float(np.nanmean([hybrid_speedup(c) for c in at(r)])) for r in results],
-        "greedy_near_optimal": [
-            float(
-                np.nanmean(
-                    [
-                        100 * (c.times["hybrid (greedy)"] / c.times["hybrid (optimum)"] - 1)
-                        for c in at(r)
-                        if np.isfinite(c.times["hybrid (optimum)"])
-                    ]
-                )
-            )
-            for r in results
-        ],
-        "simulator_accuracy": [float(np.mean([d.error_percent for d in r.disk])) for r in results],
-        "gradients_identical": [r.grad_diff for r in results],
+        "hybrid_speedup": [float(np.nanmean([hybrid_speedup(c) for c in at_claim(r, p)])) for r in results.seeds],
+        "greedy_near_optimal": [float(np.nanmean([greedy_gap(c) for c in at_claim(r, p) if np.isfinite(c.times[OPTIMUM])]))
+                                for r in results.seeds],
+        "simulator_accuracy": [float(np.mean([d.error_percent for d in r.disk])) for r in results.seeds],
+        "gradients_identical": [r.grad_diff for r in results.seeds],
+        "multinode_equals_sync": [dp_difference(results, r.seed) for r in results.seeds],
     }
 
 
-def throughput_figure(results: list[SeedResult], ratio: float) -> plt.Figure:
-    """Bars: normalised throughput per model and method at the claim's bandwidth ratio."""
-    table = throughput_table(results, ratio)
+def throughput_figure(results: Results) -> plt.Figure:
+    """Bars: normalised throughput per model and method at the claims' bandwidth and capacity."""
+    table = throughput_table(results)
     fig, ax = plt.subplots(figsize=(9, 3.8))
     width = 0.8 / len(table.columns)
     for i, m in enumerate(table.columns):
         ax.bar(np.arange(len(table)) + i * width, table[m].replace(np.inf, 0), width, label=m, color=f"C{i}")
     ax.set_xticks(np.arange(len(table)) + 0.4 - width / 2, table.index)
     ax.set_ylabel("throughput / in-core throughput (modelled)")
-    ax.set_title(f"link = {ratio:g} x reference bandwidth (missing bar: does not fit)")
+    ax.set_title(f"link = {results.params.claim_ratio:g} x reference bandwidth, capacity "
+                 f"{results.params.capacity_fraction:g} (missing bar: does not fit)")
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     return fig
 
 
-def bandwidth_figure(results: list[SeedResult], paper_speedup: float) -> plt.Figure:
-    """Hybrid speedup over the best single technique against the link bandwidth (the deciding constant)."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    models = list(results[0].profiles)
-    ratios = sorted({c.bandwidth_ratio for c in results[0].comparisons})
-    for i, m in enumerate(models):
-        ys = [
-            np.mean([hybrid_speedup(c) for r in results for c in r.comparisons if c.model == m and c.bandwidth_ratio == x])
-            for x in ratios
-        ]
-        ax.plot(ratios, ys, marker="o", color=f"C{i}", label=m)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.axhline(paper_speedup, color="grey", ls=":", label="paper (average, V100)")
-    ax.set_xscale("log")
-    ax.set_xlabel("host link bandwidth / reference (1 = swap-out of all activations takes one forward pass)")
-    ax.set_ylabel("best single technique / hybrid")
-    ax.legend(fontsize=7)
+def sweep_figure(results: Results, paper_speedup: float) -> plt.Figure:
+    """The hybrid's speed-up over the best single technique against the two deciding constants, per model."""
+    p = results.params
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    models = list(results.seeds[0].profiles)
+    axis_values = ((axes[0], sorted(p.bandwidth_ratios), "ratio"), (axes[1], sorted(p.capacity_fractions), "capacity"))
+    for ax, xs, which in axis_values:
+        for i, m in enumerate(models):
+            ys = [np.nanmean([hybrid_speedup(c) for c in (_comparisons(results, ratio=x) if which == "ratio"
+                                                          else _comparisons(results, capacity=x)) if c.model == m])
+                  for x in xs]
+            ax.plot(xs, ys, marker="o", color=f"C{i}", label=m)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(paper_speedup, color="grey", ls=":", label="paper (average over six models, GPUs)")
+        ax.axvline(p.claim_ratio if which == "ratio" else p.capacity_fraction, color="grey", lw=0.8,
+                   label="the claims' setting")
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("host link bandwidth / reference (1 = swapping all activations out takes one forward pass)")
+    axes[1].set_xlabel("device memory for activations (share of the in-core need)")
+    axes[0].set_ylabel("best single technique / hybrid (modelled)")
+    axes[1].legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
-def disk_table(results: list[SeedResult]) -> pd.DataFrame:
+def disk_table(results: Results) -> pd.DataFrame:
     """Measured and predicted iteration times of the disk-backed check, per seed and policy."""
     return pd.DataFrame(
         [
@@ -366,7 +510,7 @@ def disk_table(results: list[SeedResult]) -> pd.DataFrame:
                 "predicted ms": 1e3 * d.predicted_s,
                 "error %": d.error_percent,
             }
-            for r in results
+            for r in results.seeds
             for d in r.disk
         ]
     )
