@@ -146,8 +146,12 @@ def load_fashion_mnist(n_train: int | None = None, n_test: int | None = None, se
     arrs = {k: np.load(root / f"{k}.npy") for k in _FMNIST_FILES}
     xtr, ytr = _subsample(arrs["train_x"], arrs["train_y"], n_train, seed)
     xte, yte = _subsample(arrs["test_x"], arrs["test_y"], n_test, seed + 1)
-    flat = lambda a: (a.reshape(len(a), -1).astype(np.float32) / 255.0)  # noqa: E731
-    return Dataset("fashion_mnist", flat(xtr), ytr.astype(np.int64), flat(xte), yte.astype(np.int64), 10)
+    return Dataset("fashion_mnist", _flat_pixels(xtr), ytr.astype(np.int64), _flat_pixels(xte), yte.astype(np.int64), 10)
+
+
+def _flat_pixels(images: np.ndarray) -> np.ndarray:
+    """Images as rows of float32 pixels in [0, 1]."""
+    return images.reshape(len(images), -1).astype(np.float32) / 255.0
 
 
 def load_digits(test_fraction: float = 0.2, seed: int = 0, n_train: int | None = None) -> Dataset:
@@ -224,7 +228,7 @@ def recorded_hash(root: Path | None = None) -> str | None:
         if not dvc_file.is_file():
             return None
         text = dvc_file.read_text()
-    return next(o["md5"] for o in yaml.safe_load(text)["outs"] if o["path"] == "data")
+    return str(next(o["md5"] for o in yaml.safe_load(text)["outs"] if o["path"] == "data"))
 
 
 def recorded_manifest(root: Path | None = None) -> dict[str, str] | None:

@@ -75,7 +75,7 @@ def render(registry: Registry | None = None, root: Path | None = None) -> str:
     registry = registry or load_registry()
     root = root or repo_root()
     stages = {ch.id: stage(ch, root) for ch in registry.chapters}
-    return HEADER + yaml.safe_dump({"stages": stages}, sort_keys=False, width=120)
+    return HEADER + str(yaml.safe_dump({"stages": stages}, sort_keys=False, width=120))
 
 
 def write_dvc_yaml(root: Path | None = None) -> Path:

@@ -33,7 +33,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TextIO
 
 import yaml
 from jupyter_client.manager import AsyncKernelManager
@@ -233,7 +233,8 @@ def checkpoint_source(chapter: Chapter, profile: str, values: dict[str, Any]) ->
 def _recorded_checkpoints(checkpoints_from: Path) -> dict[str, str] | None:
     """The checkpoint hashes in the record of the published set that holds ``checkpoints_from``."""
     record = json.loads((checkpoints_from.parent / "record.json").read_text())
-    return record.get(checkpoints.RECORD_KEY)
+    hashes = record.get(checkpoints.RECORD_KEY)
+    return None if hashes is None else {str(k): str(v) for k, v in hashes.items()}
 
 
 def plan(chapter_id: str, profile: str = params.DEFAULT_PROFILE, overrides: list[str] | None = None) -> Plan:
@@ -286,7 +287,7 @@ def strip_volatile(nb: dict[str, Any]) -> dict[str, Any]:
     return nb
 
 
-def _lock(chapter_id: str, profile: str):
+def _lock(chapter_id: str, profile: str) -> TextIO:
     path = output_root() / "build" / "locks" / f"{chapter_id}.{profile}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(path, "w")
@@ -434,7 +435,7 @@ def _trained_by(folder: Path) -> str:
     prov = json.loads((published / "record.json").read_text()).get("provenance", {})
     trained = prov.get("checkpoints_from")  # a redraw of a redraw names the run that trained
     if trained:
-        return trained
+        return str(trained)
     run = json.loads((published / "run.json").read_text()) if (published / "run.json").is_file() else {}
     return f"the run of {prov.get('git_sha', '?')} finished at {run.get('finished_at', '?')}"
 
@@ -587,8 +588,8 @@ def run_stale(chapters: list[Chapter], profile: str) -> list[ChapterOutcome]:
     bar = tqdm(chapters, desc=f"chapters at {profile}", unit="chapter")
     for ch in bar:
         bar.set_postfix_str(ch.id)
-        if status(ch)[profile]["state"] == "fresh":
-            rec = results.load_result(ch.id, profile)
+        rec = results.load_result(ch.id, profile)
+        if rec is not None and status(ch)[profile]["state"] == "fresh":
             outcome = ChapterOutcome(ch.id, profile, "fresh", rec["run"]["wall_time_s"], verdict_counts(rec))
         else:
             try:

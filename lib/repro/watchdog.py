@@ -46,6 +46,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Callable, Iterator, Sequence
 
 RUN_ID_ENV = "REPRO_RUN_ID"
@@ -193,7 +194,7 @@ def _install() -> None:
     if previous not in (signal.SIG_DFL, None) and not callable(previous):
         return  # SIGTERM is ignored here: leave it so
 
-    def on_sigterm(signum: int, frame: object) -> None:
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
         _run_stoppers()
         if callable(previous):
             previous(signum, frame)

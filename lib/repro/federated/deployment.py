@@ -42,7 +42,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import cloudpickle
 from flwr.app import Context, Message
@@ -121,7 +121,7 @@ class FlowerProcess:
     role: str
     command: list[str]
     log: Path
-    popen: subprocess.Popen | None = None
+    popen: subprocess.Popen[bytes] | None = None
 
     def start(self, env: dict[str, str], cwd: Path) -> None:
         """Start the process in its own session (so :meth:`stop` also ends the apps it spawns)."""
@@ -333,7 +333,7 @@ def serve(grid: Grid, context: Context) -> None:
     """Decode ``(main, carried)`` from the run config, run ``main``, write ``carried`` (or the error) to the result file."""
     result = Path(str(context.run_config[RESULT_KEY]))
     try:
-        main, carried = decode(str(context.run_config[SERVER_KEY]))
+        main, carried = cast(tuple[ServerMain, tuple[object, ...]], decode(str(context.run_config[SERVER_KEY])))
         main(grid, context)
         outcome: tuple[str, object] = ("ok", carried)
     except Exception:  # noqa: BLE001 - reported to the caller, who raises it

@@ -26,6 +26,7 @@ route, as non-limiting FATPIPE links, so that a simulated message costs
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 from repro.hpc.platforms import Link, Platform, Zone, ZoneRoute, wrap_host_routes
 from repro.validation import check_nonneg, check_positive, check_positive_int
@@ -123,14 +124,16 @@ def dragonfly(groups: int, routers: int, hosts_per_router: int, bandwidth: float
     return pf
 
 
-def _minimal_zones(pf: Platform, groups: int, routers: int, per_router: int, up, down, local, wire) -> Platform:
+def _minimal_zones(pf: Platform, groups: int, routers: int, per_router: int, up: Callable[[int], str],
+                   down: Callable[[int], str], local: Callable[[int, int, int], list[str]],
+                   wire: Callable[[int, int], str]) -> Platform:
     """Minimal routing as zones: router leaves in group zones in one top zone (see the module docstring)."""
     router = [[f"g{g}r{r}" for r in range(routers)] for g in range(groups)]
 
     def leaf(g: int, r: int) -> Zone:
         first = (g * routers + r) * per_router
         hosts = list(range(first, first + per_router))
-        routes = {(pf.hosts[h], router[g][r]): (up(h),) for h in hosts}
+        routes: dict[tuple[str, str], tuple[str, ...]] = {(pf.hosts[h], router[g][r]): (up(h),) for h in hosts}
         routes |= {(router[g][r], pf.hosts[h]): (down(h),) for h in hosts}
         routes |= {(pf.hosts[i], pf.hosts[j]): (up(i), down(j)) for i, j in itertools.permutations(hosts, 2)}
         return Zone(f"zone_g{g}r{r}", hosts=hosts, routers=[router[g][r]], routes=routes)

@@ -31,7 +31,7 @@ optionally with parallel chord links).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from xml.sax.saxutils import quoteattr
 
@@ -97,8 +97,11 @@ class Zone:
             yield from child.walk()
 
 
-class ZoneRoutes(Mapping):
-    """The ``routes`` view of a zoned platform: host-pair routes resolved on demand (see :meth:`Platform.route`)."""
+class ZoneRoutes(MutableMapping[tuple[int, int], tuple[str, ...]]):
+    """The ``routes`` view of a zoned platform: host-pair routes resolved on demand (see :meth:`Platform.route`).
+
+    Read-only: a zoned platform's routes come from its zones.
+    """
 
     def __init__(self, platform: Platform) -> None:
         self._platform = platform
@@ -108,6 +111,14 @@ class ZoneRoutes(Mapping):
         if i == j:
             raise KeyError(pair)
         return self._platform.route(i, j)
+
+    def __setitem__(self, pair: tuple[int, int], route: tuple[str, ...]) -> None:
+        raise TypeError(f"the routes of the zoned platform {self._platform.name!r} come from its zones; "
+                        f"cannot set the route of {pair}")
+
+    def __delitem__(self, pair: tuple[int, int]) -> None:
+        raise TypeError(f"the routes of the zoned platform {self._platform.name!r} come from its zones; "
+                        f"cannot delete the route of {pair}")
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return itertools.permutations(range(len(self._platform.hosts)), 2)
@@ -141,7 +152,7 @@ class Platform:
     name: str
     hosts: list[str]
     links: dict[str, Link] = field(default_factory=dict)
-    routes: Mapping[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
+    routes: MutableMapping[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
     host_speed: float = 1e9
     zone: Zone | None = None
 
@@ -184,7 +195,7 @@ class Platform:
                 for child in zone.children:
                     visit(child, here)
 
-            visit(self.zone, ())
+            visit(self.root_zone(), ())
             self._paths = paths
         return self._paths
 
@@ -238,15 +249,28 @@ class Platform:
             if missing:
                 raise ValueError(f"route {i}->{j} uses unknown links {missing}")
 
+    def root_zone(self) -> Zone:
+        """The root of the zone tree.
+
+        Raises
+        ------
+        ValueError
+            If the platform is explicit (has no zones).
+        """
+        if self.zone is None:
+            raise ValueError(f"platform {self.name!r} has explicit routes, not zones")
+        return self.zone
+
     def _check_zones(self) -> None:
         paths = self._zone_paths()
-        if not set(self.hosts) <= set(paths) or len({h for z in self.zone.walk() for h in z.hosts}) != len(self.hosts):
+        root = self.root_zone()
+        if not set(self.hosts) <= set(paths) or len({h for z in root.walk() for h in z.hosts}) != len(self.hosts):
             raise ValueError("every host must be in exactly one leaf zone")
-        names = [z.name for z in self.zone.walk()]
+        names = [z.name for z in root.walk()]
         if len(set(names)) != len(names) or set(names) & set(paths):
             raise ValueError("zone names must be distinct from each other and from hosts and routers")
-        depth = {id(self.zone): 0}
-        for zone in self.zone.walk():
+        depth = {id(root): 0}
+        for zone in root.walk():
             depth.update({id(c): depth[id(zone)] + 1 for c in zone.children})
             used = [*zone.routes.values(), *(zr.links for zr in zone.zone_routes.values())]
             missing = sorted({x for route in used for x in route} - set(self.links))
@@ -312,7 +336,7 @@ class Platform:
 
 def _route_xml(tag: str, src: str, dst: str, links: tuple[str, ...], gw_src: str | None = None,
                gw_dst: str | None = None) -> str:
-    gws = "" if gw_src is None else f" gw_src={quoteattr(gw_src)} gw_dst={quoteattr(gw_dst)}"
+    gws = "" if gw_src is None or gw_dst is None else f" gw_src={quoteattr(gw_src)} gw_dst={quoteattr(gw_dst)}"
     ctn = "".join(f"<link_ctn id={quoteattr(x)}/>" for x in links)
     return f'<{tag} src={quoteattr(src)} dst={quoteattr(dst)}{gws} symmetrical="NO">{ctn}</{tag}>'
 
@@ -360,7 +384,10 @@ def two_dim_fc(rows: int, cols: int, bandwidth: float, latency: float) -> Platfo
     ``R+C-2``); other pairs are routed row first, then column (2 hops).
     """
     pf = Platform(f"2dfc{rows}x{cols}", [f"n{r}_{c}" for r in range(rows) for c in range(cols)])
-    node = lambda r, c: r * cols + c  # noqa: E731
+
+    def node(r: int, c: int) -> int:
+        return r * cols + c
+
     for (r1, c1), (r2, c2) in itertools.permutations(itertools.product(range(rows), range(cols)), 2):
         src, dst = node(r1, c1), node(r2, c2)
         if r1 == r2 or c1 == c2:
@@ -430,7 +457,10 @@ def fat_tree(p: int, hosts_per_leaf: int, spines: int, bandwidth: float, latency
         raise ValueError("hosts_per_leaf must divide p")
     up_bw = bandwidth if uplink_bandwidth is None else uplink_bandwidth
     pf = Platform(f"fattree{p}_{hosts_per_leaf}_{spines}", [f"h{i}" for i in range(p)])
-    leaf = lambda i: i // hosts_per_leaf  # noqa: E731
+
+    def leaf(i: int) -> int:
+        return i // hosts_per_leaf
+
     for i, j in itertools.permutations(range(p), 2):
         up = pf.add_link(f"h{i}->L{leaf(i)}", bandwidth, latency + switch_latency)
         down = pf.add_link(f"L{leaf(j)}->h{j}", bandwidth, latency)

@@ -144,7 +144,7 @@ class _RankJob:
     world_size: int
     store_file: str
     fn: Callable[..., Any]
-    args: tuple
+    args: tuple[Any, ...]
     timeout_s: float
     group_size: int | None
     parent: int
@@ -166,7 +166,7 @@ def _rank_main(rank: int, job: _RankJob, results: Any) -> None:
             dist.destroy_process_group()
 
 
-def launch(fn: Callable[..., Any], world_size: int, args: tuple = (), *, group_size: int | None = None,
+def launch(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), *, group_size: int | None = None,
            timeout_s: float = 120.0) -> list[Any]:
     """Run ``fn(ctx, *args)`` on ``world_size`` local gloo ranks and return the results in rank order.
 
