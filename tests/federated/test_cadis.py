@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -17,7 +19,7 @@ from repro.federated.cadis import (
     last_layer_features,
     make_kd_client_app,
 )
-from repro.federated.client import LocalSGD, local_sgd, make_client_app
+from repro.federated.client import LocalSettings, LocalSGD, local_sgd, make_client_app
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
 from repro.federated.kd import kd_loss
 from repro.federated.strategies import SeededFedAvg
@@ -27,6 +29,7 @@ from repro.federated.weighting import FlowerPolicyFedAvg
 SKEW = TaskSpec(dataset="digits", num_clients=9, scheme="cluster_skew", alpha=0.3, cluster_sizes=(5, 3, 1),
                 samples_per_client=40, hidden=(16,))
 LOCAL = LocalSGD(batch_size=8, lr=0.05).config(5)
+SETTINGS = LocalSettings(steps=20, batch_size=8, lr=0.1, momentum=0.0, seed=5)
 
 
 def _run(strategy, spec, app, rounds=3):
@@ -105,17 +108,17 @@ def test_kd_sgd_with_mu_zero_is_local_sgd_and_mu_keeps_the_student_near_the_teac
     x, y = client_data(SKEW, 0)
     a, b = build_model(SKEW, seed=3), build_model(SKEW, seed=3)
     teacher = build_model(SKEW, seed=3)
-    kd_sgd(a, teacher, x, y, 20, 8, 0.1, 0.0, seed=5, mu=0.0, temperature=2.0)
-    local_sgd(b, x, y, 20, 8, 0.1, 0.0, seed=5)
+    kd_sgd(a, teacher, x, y, SETTINGS, mu=0.0, temperature=2.0)
+    local_sgd(b, x, y, SETTINGS)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     c = build_model(SKEW, seed=3)
-    kd_sgd(c, teacher, x, y, 20, 8, 0.1, 0.0, seed=5, mu=5.0, temperature=2.0)
+    kd_sgd(c, teacher, x, y, SETTINGS, mu=5.0, temperature=2.0)
     xt = torch.from_numpy(x)
     with torch.no_grad():
         plain, distilled = kd_loss(b(xt), teacher(xt), 2.0).item(), kd_loss(c(xt), teacher(xt), 2.0).item()
     assert distilled < plain
     with pytest.raises(ValueError, match="mu"):
-        kd_sgd(c, teacher, x, y, 1, 8, 0.1, 0.0, seed=5, mu=-1.0, temperature=2.0)
+        kd_sgd(c, teacher, x, y, replace(SETTINGS, steps=1), mu=-1.0, temperature=2.0)
 
 
 def test_kd_client_with_mu_zero_trains_like_the_shared_client(same_weights):

@@ -37,7 +37,7 @@ from scipy.spatial.distance import squareform
 
 from repro.devices import resolve_device
 from repro.federated.arrays import from_array
-from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, local_sgd
+from repro.federated.client import LocalSettings, RunConfig, begin_round, client_app_with, finish_round, local_sgd
 from repro.federated.features import last_layer_updates, row_normalised
 from repro.federated.kd import kd_loss
 from repro.federated.task import TaskSpec
@@ -184,19 +184,18 @@ class CADIS(FlowerPolicyFedAvg):
 
 
 # ----- the client ---------------------------------------------------------------------
-def kd_sgd(model: torch.nn.Module, teacher: torch.nn.Module, x: np.ndarray, y: np.ndarray, steps: int,
-           batch_size: int, lr: float, momentum: float, seed: int, mu: float, temperature: float,
-           device: str = "cpu") -> float:
+def kd_sgd(model: torch.nn.Module, teacher: torch.nn.Module, x: np.ndarray, y: np.ndarray, settings: LocalSettings,
+           mu: float, temperature: float) -> float:
     """Local SGD on ``CE + mu * kd_loss(model, teacher, T)``, with :func:`~repro.federated.client.local_sgd`'s batches.
 
-    ``mu = 0`` runs ``local_sgd`` itself.  Both models compute on ``device``
+    ``mu = 0`` runs ``local_sgd`` itself.  Both models compute on ``settings.device``
     and are back on the CPU on return.  Returns the mean cross-entropy over the steps.
     """
     if mu < 0:
         raise ValueError(f"mu must be >= 0, got {mu}")
     if mu == 0:
-        return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed, device=device)
-    dev = resolve_device(device)
+        return local_sgd(model, x, y, settings)
+    dev = resolve_device(settings.device)
     xt = torch.from_numpy(x).to(dev)
     teacher.to(dev).eval()
 
@@ -206,7 +205,7 @@ def kd_sgd(model: torch.nn.Module, teacher: torch.nn.Module, x: np.ndarray, y: n
         return [mu * kd_loss(out, t_out, temperature)]
 
     try:
-        return local_sgd(model, x, y, steps, batch_size, lr, momentum, seed, penalties=distillation, device=device)
+        return local_sgd(model, x, y, settings, penalties=distillation)
     finally:
         teacher.to("cpu")
 
@@ -216,9 +215,8 @@ def train_kd(spec: TaskSpec, msg: Message, context: Context) -> Message:
     rnd = begin_round(spec, msg, context)
     teacher = copy.deepcopy(rnd.model)
     s = rnd.settings
-    loss = kd_sgd(rnd.model, teacher, rnd.x, rnd.y, steps=s.steps, batch_size=s.batch_size, lr=s.lr,
-                  momentum=s.momentum, seed=s.seed, mu=float(rnd.config.get("kd-mu", 0.0)),
-                  temperature=float(rnd.config.get("kd-temperature", 1.0)), device=s.device)
+    loss = kd_sgd(rnd.model, teacher, rnd.x, rnd.y, s, mu=float(rnd.config.get("kd-mu", 0.0)),
+                  temperature=float(rnd.config.get("kd-temperature", 1.0)))
     return finish_round(msg, rnd, get_weights(rnd.model), loss)
 
 

@@ -126,20 +126,15 @@ def local_sgd(
     model: torch.nn.Module,
     x: np.ndarray,
     y: np.ndarray,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    momentum: float,
-    seed: int,
+    settings: LocalSettings,
     penalties: Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]] | None = None,
-    device: str = "cpu",
 ) -> float:
-    """Train ``model`` in place for ``steps`` SGD steps on mini-batches drawn with ``seed``.
+    """Train ``model`` in place for ``settings.steps`` SGD steps on mini-batches drawn with ``settings.seed``.
 
     ``penalties``, if given, is called at every step with the batch's logits
-    and indices (both on ``device``) and returns extra loss terms (FedProx,
+    and indices (both on ``settings.device``) and returns extra loss terms (FedProx,
     EWC, FedDyn, SCAFFOLD, distillation), added to the cross-entropy one
-    after another.  The model trains on ``device`` (see
+    after another.  The model trains on ``settings.device`` (see
     :func:`repro.devices.resolve_device`) and is back on the CPU on return;
     the batches are drawn on the CPU, so every device sees the same ones.
 
@@ -148,12 +143,13 @@ def local_sgd(
     float
         The mean training loss over the steps.
     """
-    dev = resolve_device(device)
-    gen = np.random.default_rng(seed)
+    dev = resolve_device(settings.device)
+    gen = np.random.default_rng(settings.seed)
     on_cpu = dev.type == "cpu"
     if not on_cpu:
         model.to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    opt = torch.optim.SGD(model.parameters(), lr=settings.lr, momentum=settings.momentum)
+    steps, batch_size = settings.steps, settings.batch_size
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     model.train()
     total = 0.0
@@ -223,11 +219,8 @@ def penalised_sgd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, settings
     return train_locally(model, x, y, settings, penalties=terms)
 
 
-def train_locally(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, settings: LocalSettings,
-                  penalties: Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]] | None = None) -> float:
-    """:func:`local_sgd` with a round's :class:`LocalSettings`."""
-    return local_sgd(model, x, y, steps=settings.steps, batch_size=settings.batch_size, lr=settings.lr,
-                     momentum=settings.momentum, seed=settings.seed, penalties=penalties, device=settings.device)
+train_locally = local_sgd
+"""The name the client rounds use for :func:`local_sgd` (one function, two names)."""
 
 
 # ----- one client round: prologue and epilogue ------------------------------------------

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypedDict, Unpack
 from uuid import uuid4
 
 import numpy as np
@@ -139,6 +139,22 @@ class History:
 EvalFn = Callable[[ArrayRecord], dict[str, float]]
 
 
+class EngineOptions(TypedDict, total=False):
+    """Keyword options of :func:`run_federated`.
+
+    Attributes
+    ----------
+    engine
+        ``inprocess`` (default), ``ray`` or ``deployment`` (a local SuperLink with ``num_clients``
+        SuperNodes, or the SuperLink named by ``$REPRO_SUPERLINK``).
+    progress
+        Label of a tqdm progress bar (``None``, the default: no bar).
+    """
+
+    engine: str
+    progress: str | None
+
+
 class StrictGrid:
     """A Flower ``Grid`` whose ``send_and_receive`` refuses failed or missing replies.
 
@@ -205,8 +221,7 @@ def run_federated(
     num_rounds: int,
     evaluate: EvalFn,
     eval_rounds: Iterable[int],
-    engine: str = "inprocess",
-    progress: str | None = None,
+    **options: Unpack[EngineOptions],
 ) -> History:
     """Run ``strategy`` against ``num_clients`` clients running ``client_app``.
 
@@ -229,11 +244,8 @@ def run_federated(
         Central evaluation of a global model, returning ``accuracy`` and ``loss``.
     eval_rounds
         Rounds after which to evaluate (0 is the initial model).
-    engine
-        ``inprocess``, ``ray`` or ``deployment`` (a local SuperLink with
-        ``num_clients`` SuperNodes, or the SuperLink named by ``$REPRO_SUPERLINK``).
-    progress
-        Label of a tqdm progress bar (``None``: no bar).
+    **options
+        ``engine`` and ``progress`` (:class:`EngineOptions`), by keyword.
 
     Returns
     -------
@@ -241,6 +253,10 @@ def run_federated(
         Accuracy, loss and cumulative communication (0 for strategies that
         do not count it) at each evaluated round.
     """
+    engine, progress = options.get("engine", "inprocess"), options.get("progress")
+    unknown = sorted(set(options) - set(EngineOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"run_federated: unknown option(s) {unknown}; the options are {list(EngineOptions.__annotations__)}")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     history = History()

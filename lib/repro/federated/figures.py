@@ -10,13 +10,15 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from repro.federated.tuning import Choice, chosen, keep_best
 
 
 def label_histogram_figure(histogram: np.ndarray, title: str, boundaries: Sequence[int] = (),
-                           height: float = 2.6) -> plt.Figure:
+                           height: float = 2.6) -> Figure:
     """Heat map of a clients x classes label histogram (clients along x).
 
     Parameters
@@ -45,7 +47,7 @@ def label_histogram_figure(histogram: np.ndarray, title: str, boundaries: Sequen
     return fig
 
 
-def accuracy_band(ax: plt.Axes, sel: pd.DataFrame, x: str | None, colour: str, label: str) -> None:
+def accuracy_band(ax: Axes, sel: pd.DataFrame, x: str | None, colour: str, label: str) -> None:
     """Plot the mean accuracy of ``sel`` per round, with its min-max band.
 
     The x axis is the mean of column ``x`` per round, or the round itself when ``x`` is ``None``.
@@ -60,7 +62,7 @@ def accuracy_band(ax: plt.Axes, sel: pd.DataFrame, x: str | None, colour: str, l
 
 
 def accuracy_curves(curves: pd.DataFrame, column: str, order: Sequence[str], labels: dict[str, str],
-                    colours: dict[str, str], ylabel: str) -> plt.Figure:
+                    colours: dict[str, str], ylabel: str) -> Figure:
     """Accuracy against rounds of every entry of ``order`` (mean over seeds, band min to max, :func:`accuracy_band`).
 
     Parameters
@@ -90,7 +92,7 @@ METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddrl": "FedDRL",
 """Legend labels of the cluster-skew chapters' methods."""
 
 
-def method_curves(curves: pd.DataFrame, title: str) -> plt.Figure:
+def method_curves(curves: pd.DataFrame, title: str) -> Figure:
     """Test accuracy against rounds per method: mean over seeds, min-max band."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
     styles = ("-", "--", "-.", ":")
@@ -132,7 +134,7 @@ def mean_sd(values: pd.Series) -> str:
 
 def tuned_accuracy_curves(curves: pd.DataFrame, best: Sequence[Choice], methods: Sequence[str], labels: dict[str, str],
                           colours: dict[str, str], xlabel: str = "round",
-                          figsize: tuple[float, float] = (7.4, 4.0)) -> plt.Figure:
+                          figsize: tuple[float, float] = (7.4, 4.0)) -> Figure:
     """Test accuracy against rounds per method at its chosen setting (mean over seeds, band min to max).
 
     Parameters
@@ -175,3 +177,30 @@ def tuning_table(final: pd.DataFrame, best: Sequence[Choice], labels: dict[str, 
                      "chosen on validation": f"{c.value:g}", "best on test": f"{g.budget_accuracy.idxmax():g}",
                      "end of the grid": c.grid_end})
     return pd.DataFrame(rows)
+
+
+def within_margin_figure(sweep: pd.DataFrame, chosen: float, ylabel: str, xlabel: str) -> Figure:
+    """A claim whose per-seed value depends on an accuracy margin, against that margin (mean and each seed).
+
+    A "saving at nearly the same accuracy" counts a seed's saving only when its accuracy loss stays within a
+    margin the paper does not quantify; this figure shows how the claim's value moves with that margin.
+
+    Parameters
+    ----------
+    sweep
+        ``margin, value`` rows: the claim's per-seed values at every margin.
+    chosen
+        The margin the claim is recorded at (a dotted line).
+    ylabel, xlabel
+        What the value and the margin are.
+    """
+    fig, ax = plt.subplots(figsize=(6.0, 3.2))
+    g = sweep.groupby("margin").value
+    ax.plot(g.mean().index, g.mean().values, marker="o", color="black", label="mean over seeds")
+    ax.scatter(sweep.margin, sweep.value, color="0.5", s=12, label="each seed")
+    ax.axvline(chosen, color="#1565c0", ls=":", lw=1, label=f"the claim's margin {chosen:g}")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from repro.federated.client import client_seed, local_sgd, round_seed
+from repro.federated.client import LocalSettings, client_seed, local_sgd, round_seed
 from repro.federated.task import TaskSpec, build_model, client_data, work_model
 from repro.models import get_weights, set_weights
 
@@ -34,9 +34,9 @@ def fedavg_loop(spec: TaskSpec, local: dict[str, float | int], rounds: int, acti
         for pid in pids:
             set_weights(model, weights)
             x, y = client_data(spec, pid)
-            local_sgd(model, x, y, steps=int(local["steps"]), batch_size=int(local["batch-size"]),
-                      lr=float(local["lr"]), momentum=float(local["momentum"]),
-                      seed=client_seed(round_seed(seed, rnd), pid))
+            local_sgd(model, x, y, LocalSettings(steps=int(local["steps"]), batch_size=int(local["batch-size"]),
+                                                 lr=float(local["lr"]), momentum=float(local["momentum"]),
+                                                 seed=client_seed(round_seed(seed, rnd), pid)))
             updates.append(get_weights(model))
             counts.append(len(y))
         total = float(sum(counts))

@@ -69,6 +69,16 @@ class TaskSpec:
 FL_DATASETS = ("doc_topics",)
 """Datasets the federated tasks add to :func:`repro.datasets.load` (see :mod:`repro.federated.textdata`)."""
 
+TRAIN_SAMPLES = {"digits": 1437, "fashion_mnist": 60000, "doc_topics": 4800}
+"""Training samples each dataset holds before any ``n_train`` subsample (checked against the loaders by a test),
+so that parameter checks can refuse an impossible split before any data are loaded."""
+
+
+def available_train(dataset: str, n_train: int | None) -> int:
+    """Training samples a task on ``dataset`` with ``n_train`` really holds (``n_train`` capped at the dataset)."""
+    full = TRAIN_SAMPLES[dataset]
+    return full if n_train is None else min(n_train, full)
+
 
 def load_dataset(name: str, n_train: int | None = None, seed: int = 0) -> datasets.Dataset:
     """Load ``name`` from :func:`repro.datasets.load`, or one of :data:`FL_DATASETS`."""
@@ -166,6 +176,12 @@ def evaluate(spec: TaskSpec, model: torch.nn.Module) -> dict[str, float]:
     """Test accuracy (percent) and mean cross-entropy of ``model`` on the task's test set."""
     ds, _ = load_task_data(spec)
     return evaluate_on(model, ds.x_test, ds.y_test)
+
+
+def majority_accuracy(spec: TaskSpec) -> float:
+    """Test accuracy (percent) of always predicting the test set's most frequent class: the trivial level."""
+    ds, _ = load_task_data(spec)
+    return float(100.0 * np.bincount(ds.y_test).max() / len(ds.y_test))
 
 
 def planted_clusters(spec: TaskSpec) -> np.ndarray:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from repro.federated.activation import ActivatedFedAvg, make_policy, make_probing_client_app
 from repro.federated.client import LocalSGD
@@ -164,7 +165,7 @@ def policy_label(policy: str, beta: float) -> str:
     return POLICY_LABELS[policy] + (f" (β={beta:g})" if policy == "multi-metric" else "")
 
 
-def accuracy_curves(curves: pd.DataFrame, beta: float) -> plt.Figure:
+def accuracy_curves(curves: pd.DataFrame, beta: float) -> Figure:
     """Test accuracy against rounds per activation policy (mean over seeds; band: min to max).
 
     Multi-metric activation is drawn at ``beta``.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from repro.federated.arrays import from_arrayrecord
 from repro.federated.audio import KEYWORD_CLASSES
@@ -372,7 +373,7 @@ def claims(final: pd.DataFrame) -> dict[str, list[float]]:
 
 
 # ----- figures and tables ----------------------------------------------------------------------
-def noise_figure(final: pd.DataFrame) -> plt.Figure:
+def noise_figure(final: pd.DataFrame) -> Figure:
     """FedAvg's accuracy along the SNR ladder and the label-noise ladder (mean over seeds, error bar = sd)."""
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=True)
     for ax, condition, xlabel in ((axes[0], "snr", "SNR of the recordings (dB)"), (axes[1], "label_noise", "label-noise rate ε")):
@@ -387,7 +388,7 @@ def noise_figure(final: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def clean_curves(curves: pd.DataFrame) -> plt.Figure:
+def clean_curves(curves: pd.DataFrame) -> Figure:
     """Test accuracy against rounds of each tuned aggregator on clean data (mean over seeds, band min to max)."""
     return accuracy_curves(curves[curves.condition == "clean"], "aggregator", AGGREGATORS, LABELS, COLOURS, "test accuracy (%)")
 
@@ -475,7 +476,7 @@ def noise_table(final: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def spectrogram_figure(task: KeywordTask, snr: float, speaker: int = 0) -> plt.Figure:
+def spectrogram_figure(task: KeywordTask, snr: float, speaker: int = 0) -> Figure:
     """The first test clip of every class said by one speaker: log-mel on clean recordings and at ``snr`` dB."""
     rows = [("clean", keyword_data(task.clean())), (f"{snr:g} dB", keyword_data(replace(task.clean(), snr=snr)))]
     labels = keyword_data(task.clean()).y_test

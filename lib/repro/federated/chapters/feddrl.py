@@ -17,6 +17,7 @@ from typing import ClassVar, Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.figure import Figure
 
 from repro.federated.client import LocalSGD
 from repro.federated.engine import RunSummary, seed_differences
@@ -150,7 +151,7 @@ def claims(final: pd.DataFrame) -> dict[str, list[float]]:
     }
 
 
-def cluster_weight_plot(weights: pd.DataFrame, sizes: tuple[int, ...]) -> plt.Figure:
+def cluster_weight_plot(weights: pd.DataFrame, sizes: tuple[int, ...]) -> Figure:
     """FedDRL's total aggregation weight per planted cluster over the rounds, against the clients' share."""
     fig, ax = plt.subplots(figsize=(7, 3.0))
     for g, d in weights.groupby("cluster"):

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 
 from repro.federated import robust
 from repro.federated.arrays import from_arrayrecord
@@ -179,7 +180,7 @@ LABELS = {
 }
 
 
-def defence_bars(results: pd.DataFrame) -> plt.Figure:
+def defence_bars(results: pd.DataFrame) -> Figure:
     """Main-task and backdoor accuracy per defence under attack (bars: mean; ticks: each seed)."""
     att = results[results.attacked]
     order = [d for d in LABELS if d in set(att.defence)]

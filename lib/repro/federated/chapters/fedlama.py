@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import History, central_evaluator, eval_schedule, initial_arrays, run_federated
@@ -183,7 +184,7 @@ def method_label(method: str, phi: int) -> str:
     return LABELS[method].replace("φ", str(phi))
 
 
-def accuracy_vs_communication(curves: pd.DataFrame, phis: list[int]) -> plt.Figure:
+def accuracy_vs_communication(curves: pd.DataFrame, phis: list[int]) -> Figure:
     """Test accuracy against scalars communicated, mean over seeds (band: min to max), one panel per phi."""
     fig, axes = plt.subplots(1, len(phis), figsize=(5.2 * len(phis), 3.8), squeeze=False, sharey=True)
     for ax, phi in zip(axes[0], phis):
@@ -203,7 +204,7 @@ def accuracy_vs_communication(curves: pd.DataFrame, phis: list[int]) -> plt.Figu
     return fig
 
 
-def interval_timeline(timeline: dict[int, dict[str, int]], sizes: dict[str, int] | None = None) -> plt.Figure:
+def interval_timeline(timeline: dict[int, dict[str, int]], sizes: dict[str, int] | None = None) -> Figure:
     """Heat map of each layer's aggregation interval over rounds (one FedLAMA run)."""
     rounds = sorted(timeline)
     layers = list(timeline[rounds[0]])

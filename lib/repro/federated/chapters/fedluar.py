@@ -1,27 +1,79 @@
 """The FedLUAR chapter: FedAvg, FedLUAR at several recycling depths, its ablations and top-k at equal uplink.
 
-:class:`FedLuarRun` is one seeded run, :func:`run` executes it,
-:func:`sweep` runs the comparison, :func:`claims` gives the ledger's
-per-seed values; the figures and the table are the chapter's own.
+:class:`Params` holds the chapter's parameters, :func:`run` runs the
+comparison (one :class:`FedLuarRun` per method, depth and seed, each through
+:func:`run_one` into a :class:`FedLuarRecord`) and returns the
+:class:`Results`; :func:`claims` gives the ledger's evidence.  The figures
+and the table are the chapter's own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.fedluar import FedLUAR, TopKSparsified, uplink_ratio
-from repro.federated.figures import accuracy_band
-from repro.federated.runs import FederatedRun, execute, run_tables
-from repro.federated.task import TaskSpec, build_model
+from repro.federated.figures import accuracy_band, within_margin_figure
+from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
+from repro.federated.task import TaskSpec, available_train, build_model, majority_accuracy
 from repro.models import count_parameters
+from repro.params import ChapterParams, require
+from repro.registry import load_registry
+from repro.results import Evidence
 
 METHODS = ("fedavg", "fedluar", "drop", "uniform", "topk")
+CHAPTER = "fedluar"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``fedluar.yaml``)."""
+
+    dataset: str
+    n_train: int
+    num_clients: int
+    active_clients: int
+    alpha: float
+    hidden: tuple[int, ...]
+    tau: int
+    rounds: int
+    batch_size: int
+    lr: float
+    momentum: float
+    deltas: tuple[int, ...]
+    delta: int
+    seeds: tuple[int, ...]
+    eval_every: int
+    engine: str
+    device: str
+    workers: int
+
+    def checks(self) -> None:
+        """Refuse the impossible combinations before any run starts."""
+        require(self.delta in self.deltas, self, ("delta", "deltas"), "delta must be one of deltas")
+        require(self.active_clients <= self.num_clients, self, ("active_clients", "num_clients"),
+                "active_clients must not exceed num_clients")
+        kernels = len(self.hidden) + 1
+        require(max(self.deltas) <= kernels, self, ("deltas", "hidden"),
+                f"the MLP has {kernels} kernel layers (len(hidden) + 1); no delta may recycle more")
+        require(available_train(self.dataset, self.n_train) >= 2 * self.num_clients, self,
+                ("dataset", "n_train", "num_clients"), "the split needs at least 2 training samples per client")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
+
+    def spec(self) -> TaskSpec:
+        """The task: the dataset split over the clients by a Dirichlet label skew."""
+        return TaskSpec(dataset=self.dataset, num_clients=self.num_clients, scheme="dirichlet", alpha=self.alpha,
+                        hidden=self.hidden, model="mlp", n_train=self.n_train, data_seed=0)
+
+    def sgd(self) -> LocalSGD:
+        """The clients' local SGD."""
+        return LocalSGD(batch_size=self.batch_size, lr=self.lr, momentum=self.momentum)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,16 +98,27 @@ class FedLuarRun(FederatedRun):
     methods: ClassVar[tuple[str, ...]] = METHODS
 
 
-def run(job: FedLuarRun) -> dict:
-    """One run's record.
+@dataclass(frozen=True, kw_only=True)
+class FedLuarRecord(RunRecord):
+    """One run's record: :class:`RunRecord`'s fields (``curve``: round, accuracy, uplink so far) and these.
 
-    Returns
-    -------
-    dict
-        ``method, delta, seed, accuracy, uplink`` (fraction of FedAvg's upload),
-        ``curve`` (round, accuracy, uplink so far in units of one FedAvg round's upload) and, for the
-        recycling runs, ``recycled`` (round -> layers).
+    Attributes
+    ----------
+    delta
+        Recycled layers per round (0 for FedAvg).
+    uplink
+        Uplink as a fraction of FedAvg's.
+    recycled
+        For the recycling runs, round -> the layers recycled in it (empty otherwise).
     """
+
+    delta: int = 0
+    uplink: float = 1.0
+    recycled: dict[int, list[str]] = field(default_factory=dict)
+
+
+def run_one(job: FedLuarRun) -> FedLuarRecord:
+    """Run ``job``; the curve's uplink so far is in units of one FedAvg round's upload."""
     local, k = job.local, job.clients_per_round
     if job.method == "topk":
         strat: FedLUAR | TopKSparsified = TopKSparsified(k, local, seed=job.seed, keep=job.keep)
@@ -67,87 +130,121 @@ def run(job: FedLuarRun) -> dict:
     full = sum(count_parameters(build_model(spec, seed=0)).values())
     hist = job.simulate(strat, make_client_app(spec, job.run_config))
     cum = np.cumsum(strat.uplink) / (k * full)
-    curve = [(r, a, float(cum[r - 1]) if r else 0.0) for r, a in zip(hist.rounds, hist.accuracy)]
-    return {"method": job.method, "delta": 0 if job.method == "fedavg" else job.delta, "seed": job.seed,
-            "accuracy": hist.final_accuracy, "uplink": uplink_ratio(strat, full, job.rounds), "curve": curve,
-            "recycled": getattr(strat, "recycled", None)}
+    curve = tuple((float(r), float(a), float(cum[r - 1]) if r else 0.0) for r, a in zip(hist.rounds, hist.accuracy))
+    return FedLuarRecord(method=job.method, seed=job.seed, accuracy=hist.final_accuracy, curve=curve,
+                         delta=0 if job.method == "fedavg" else job.delta, uplink=uplink_ratio(strat, full, job.rounds),
+                         recycled=dict(getattr(strat, "recycled", None) or {}))
 
 
-def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, seeds: list[int],
-          deltas: list[int], delta: int, eval_every: int, engine: str = "inprocess", workers: int = 1,
-          device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, int], dict[int, list[str]]]]:
+def jobs(params: Params, methods: tuple[str, ...], keep: dict[int, float] | None = None) -> list[FedLuarRun]:
+    """The runs of ``methods``: FedAvg once, FedLUAR at every ``deltas``, the others at ``delta``.
+
+    ``keep`` gives top-k's kept fraction per seed (FedLUAR's measured uplink at ``delta``).
+    """
+    spec, sgd = params.spec(), params.sgd()
+    depths = {"fedavg": (0,), "fedluar": params.deltas}
+    return [FedLuarRun(method=m, spec=spec, sgd=sgd, tau=params.tau, rounds=params.rounds, seed=s,
+                       active_clients=params.active_clients, eval_every=params.eval_every, engine=params.engine,
+                       device=params.device, delta=d, keep=(keep or {}).get(s, 1.0))
+            for m in methods for d in depths.get(m, (params.delta,)) for s in params.seeds]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What the chapter's comparison produced.
+
+    Attributes
+    ----------
+    final
+        One row per run: ``method, delta, seed, accuracy, uplink``.
+    curves
+        Accuracy and uplink so far (in FedAvg rounds' worth of uploads) at each evaluation, every run.
+    recycled
+        ``(delta, seed) -> round -> layers`` of the FedLUAR runs.
+    delta
+        The depth the ablations, top-k and the claims use.
+    trivial
+        Test accuracy of always predicting the majority class (percent): the task's trivial level.
+    sizes
+        Parameters per layer of the clients' model.
+    """
+
+    final: pd.DataFrame
+    curves: pd.DataFrame
+    recycled: dict[tuple[int, int], dict[int, list[str]]]
+    delta: int
+    trivial: float
+    sizes: dict[str, int]
+
+
+def run(params: Params) -> Results:
     """FedAvg, FedLUAR at every ``deltas``, and at ``delta`` the drop and uniform ablations and top-k.
 
     The top-k runs come last: each keeps the fraction of the update that the
     FedLUAR run with the same seed at ``delta`` actually uploaded, so the two
     are compared at equal uplink.
-
-    Returns
-    -------
-    final : DataFrame
-        One row per run: ``method, delta, seed, accuracy, uplink``.
-    curves : DataFrame
-        Accuracy and uplink so far (in FedAvg rounds' worth of uploads) at each evaluation.
-    recycled : dict
-        ``(delta, seed) -> round -> layers`` of the FedLUAR runs.
     """
-    if any(d < 1 for d in deltas):
-        raise ValueError(f"parameter 'deltas': must all be >= 1, got {deltas}")
-    if delta not in deltas:
-        raise ValueError(f"parameter 'delta' ({delta}) must be one of deltas {deltas}")
-
-    def job(method: str, seed: int, d: int, keep: float = 1.0) -> FedLuarRun:
-        return FedLuarRun(
-            method=method,
-            spec=spec,
-            sgd=sgd,
-            tau=tau,
-            rounds=rounds,
-            seed=seed,
-            active_clients=active_clients,
-            eval_every=eval_every,
-            engine=engine,
-            device=device,
-            delta=d,
-            keep=keep,
-        )
-
-    first = [job("fedavg", s, 0) for s in seeds]
-    first += [job("fedluar", s, d) for d in deltas for s in seeds]
-    first += [job(m, s, delta) for m in ("drop", "uniform") for s in seeds]
-    done = execute(run, first, workers, desc="FedAvg, FedLUAR and ablations")
-    keep = {r["seed"]: r["uplink"] for r in done if r["method"] == "fedluar" and r["delta"] == delta}
-    done += execute(run, [job("topk", s, delta, keep[s]) for s in seeds], workers, desc="top-k at FedLUAR's uplink")
-    final, curves = run_tables(
-        done,
-        ("method", "delta", "seed", "accuracy", "uplink"),
-        keys=("method", "delta", "seed"),
-        curve_columns=("round", "accuracy", "uplink"),
-    )
-    recycled = {(r["delta"], r["seed"]): r["recycled"] for r in done if r["method"] == "fedluar"}
-    return final, curves, recycled
+    w = params.workers
+    done = execute(run_one, jobs(params, ("fedavg", "fedluar", "drop", "uniform")), w,
+                   desc="FedAvg, FedLUAR and ablations")
+    keep = {r.seed: r.uplink for r in done if r.method == "fedluar" and r.delta == params.delta}
+    done += execute(run_one, jobs(params, ("topk",), keep), w, desc="top-k at FedLUAR's uplink")
+    spec = params.spec()
+    return Results(final=records_frame(done, ("method", "delta", "seed", "accuracy", "uplink")),
+                   curves=curves_frame(done, ("method", "delta", "seed"), ("round", "accuracy", "uplink")),
+                   recycled={(r.delta, r.seed): r.recycled for r in done if r.method == "fedluar"},
+                   delta=params.delta, trivial=majority_accuracy(spec),
+                   sizes=count_parameters(build_model(spec, seed=0)))
 
 
-def claims(final: pd.DataFrame, delta: int, margin: float = 1.0) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims at ``delta``.
+def accuracy_margin() -> float:
+    """The accuracy margin of "nearly the same accuracy": the null value of ``acc_drop_vs_fedavg`` (registry)."""
+    return load_registry().get(CHAPTER).claim("acc_drop_vs_fedavg").null_value
+
+
+def _pick(final: pd.DataFrame, method: str, delta: int) -> pd.DataFrame:
+    d = 0 if method == "fedavg" else delta
+    return final[(final.method == method) & (final.delta == d)].set_index("seed")
+
+
+def uplink_within_margin(results: Results, margin: float) -> list[float]:
+    """Per seed, FedLUAR's uplink in percent of FedAvg's, or 100 when it lost more than ``margin`` points."""
+    avg, luar = _pick(results.final, "fedavg", results.delta), _pick(results.final, "fedluar", results.delta)
+    return [100.0 * luar.uplink[s] if avg.accuracy[s] - luar.accuracy[s] <= margin else 100.0
+            for s in sorted(avg.index)]
+
+
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """The ledger's evidence at ``results.delta``, each with the compared arms' test accuracy per seed.
 
     ``uplink_cost_pct`` joins the uplink with accuracy: a seed whose FedLUAR accuracy is more than
-    ``margin`` points below FedAvg's counts as 100% (no saving at an acceptable accuracy).
+    :func:`accuracy_margin` points below FedAvg's counts as 100% (no saving at an acceptable accuracy).
     """
-
-    def pick(method: str) -> pd.DataFrame:
-        d = 0 if method == "fedavg" else delta
-        return final[(final.method == method) & (final.delta == d)].set_index("seed")
-
-    avg, luar, drop, topk = pick("fedavg"), pick("fedluar"), pick("drop"), pick("topk")
+    final, delta = results.final, results.delta
+    avg, luar, drop, topk = (_pick(final, m, delta) for m in ("fedavg", "fedluar", "drop", "topk"))
     seeds = sorted(avg.index)
-    acc_drop = {s: avg.accuracy[s] - luar.accuracy[s] for s in seeds}
+
+    def acc(frame: pd.DataFrame) -> list[float]:
+        return [float(frame.accuracy[s]) for s in seeds]
+
+    def evidence(values: list[float], **arms: pd.DataFrame) -> Evidence:
+        return Evidence(values=values, arms={k: acc(v) for k, v in arms.items()}, trivial=results.trivial)
+
     return {
-        "uplink_cost_pct": [100.0 * luar.uplink[s] if acc_drop[s] <= margin else 100.0 for s in seeds],
-        "acc_drop_vs_fedavg": [acc_drop[s] for s in seeds],
-        "acc_gain_vs_drop": [luar.accuracy[s] - drop.accuracy[s] for s in seeds],
-        "acc_gain_vs_topk": [luar.accuracy[s] - topk.accuracy[s] for s in seeds],
+        "uplink_cost_pct": evidence(uplink_within_margin(results, accuracy_margin()), fedavg=avg, fedluar=luar),
+        "acc_drop_vs_fedavg": evidence([avg.accuracy[s] - luar.accuracy[s] for s in seeds], fedavg=avg, fedluar=luar),
+        "acc_gain_vs_drop": evidence([luar.accuracy[s] - drop.accuracy[s] for s in seeds], fedluar=luar, drop=drop),
+        "acc_gain_vs_topk": evidence([luar.accuracy[s] - topk.accuracy[s] for s in seeds], fedluar=luar, topk=topk),
     }
+
+
+def margin_figure(results: Results) -> Figure:
+    """``uplink_cost_pct`` against the accuracy margin it is computed with (the margins ``acc_drop_vs_fedavg`` sweeps)."""
+    chapter = load_registry().get(CHAPTER)
+    margins = chapter.claim("acc_drop_vs_fedavg").null_sweep
+    sweep = pd.DataFrame([{"margin": m, "value": v} for m in margins for v in uplink_within_margin(results, m)])
+    return within_margin_figure(sweep, chosen=accuracy_margin(), ylabel="FedLUAR's uplink (% of FedAvg's)",
+                                xlabel="accuracy margin of 'nearly the same accuracy' (points)")
 
 
 # ----- figures and table ------------------------------------------------------------------
@@ -170,12 +267,13 @@ def mean_sd(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     )
 
 
-def accuracy_vs_uplink(final: pd.DataFrame, delta: int) -> plt.Figure:
+def accuracy_vs_uplink(results: Results) -> Figure:
     """Final accuracy against uplink cost (% of FedAvg), mean ± sd over seeds.
 
     FedLUAR is drawn as a line over its ``delta`` values; FedAvg and, at
-    ``delta``, the ablations and top-k are single points.
+    ``results.delta``, the ablations and top-k are single points.
     """
+    final, delta = results.final, results.delta
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     g = mean_sd(final, ["method", "delta"]).fillna({"acc_sd": 0.0})
     luar = g[g.method == "fedluar"].sort_values("up")
@@ -204,8 +302,9 @@ def accuracy_vs_uplink(final: pd.DataFrame, delta: int) -> plt.Figure:
     return fig
 
 
-def accuracy_curves(curves: pd.DataFrame, delta: int) -> plt.Figure:
-    """Test accuracy against uplink spent so far (in FedAvg rounds), mean over seeds, at ``delta``."""
+def accuracy_curves(results: Results) -> Figure:
+    """Test accuracy against uplink spent so far (in FedAvg rounds), mean over seeds, at ``results.delta``."""
+    curves, delta = results.curves, results.delta
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for m in ("fedavg", "fedluar", "drop", "uniform", "topk"):
         sel = curves[(curves.method == m) & ((curves.delta == delta) | (m == "fedavg"))]
@@ -217,8 +316,9 @@ def accuracy_curves(curves: pd.DataFrame, delta: int) -> plt.Figure:
     return fig
 
 
-def recycle_frequency(recycled: dict[int, list[str]], sizes: dict[str, int]) -> plt.Figure:
-    """Share of rounds in which each kernel layer was recycled (one run)."""
+def recycle_frequency(results: Results) -> Figure:
+    """Share of rounds in which each kernel layer was recycled (the first seed's FedLUAR run at ``results.delta``)."""
+    recycled, sizes = results.recycled[(results.delta, first_seed(results))], results.sizes
     rounds = sorted(recycled)
     kernels = [k for k in sizes if any(k in recycled[r] for r in rounds) or k.endswith("weight")]
     share = [np.mean([k in recycled[r] for r in rounds]) for k in kernels]
@@ -231,8 +331,23 @@ def recycle_frequency(recycled: dict[int, list[str]], sizes: dict[str, int]) -> 
     return fig
 
 
-def summary_table(final: pd.DataFrame) -> pd.DataFrame:
+def first_seed(results: Results) -> int:
+    """The smallest seed of the comparison."""
+    return int(results.final.seed.min())
+
+
+def largest_layer_recycled(results: Results) -> tuple[str, float, float]:
+    """The largest kernel layer, its share of the parameters and of the rounds it was recycled (first seed)."""
+    kernels = [k for k in results.sizes if k.endswith("weight")]
+    largest = max(kernels, key=results.sizes.__getitem__)
+    rec = results.recycled[(results.delta, first_seed(results))]
+    share = sum(largest in rec[rd] for rd in rec) / max(1, len(rec))
+    return largest, results.sizes[largest] / sum(results.sizes.values()), share
+
+
+def summary_table(results: Results) -> pd.DataFrame:
     """Final accuracy and uplink cost per method and delta, mean ± sd over seeds."""
+    final = results.final
     g = mean_sd(final, ["method", "delta"]).fillna({"acc_sd": 0.0})
     order = {m: i for i, m in enumerate(LABELS)}
     g = g.sort_values(["method", "delta"], key=lambda c: c.map(order) if c.name == "method" else c)
