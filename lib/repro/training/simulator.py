@@ -238,7 +238,7 @@ def evaluate(bank: ReplicaBank, x: torch.Tensor, y: torch.Tensor, group: int = 0
 
 
 def run_grouped(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-                plan: np.ndarray, lrs: np.ndarray, tau: int, step0: int = 0,
+                plan: np.ndarray, lrs: np.ndarray, tau: int,
                 before_average: Callable[[ReplicaBank], None] | None = None) -> np.ndarray:
     """Train through a batch plan; average the groups every ``tau`` steps.
 
@@ -255,8 +255,6 @@ def run_grouped(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, 
         Learning rate of each step, shape ``(steps,)``.
     tau
         Local-SGD period in steps (averaging after global steps tau, 2 tau, ...).
-    step0
-        Global step number of the plan's first step (when a run is fed epoch by epoch).
     before_average
         Called with the bank just before each averaging (to measure the replicas' spread).
 
@@ -269,7 +267,7 @@ def run_grouped(bank: ReplicaBank, opt: torch.optim.Optimizer, x: torch.Tensor, 
     for t, idx in enumerate(plan):
         it = torch.as_tensor(idx, device=x.device)
         out[t] = train_step(bank, opt, x[it], y[it], lr=float(lrs[t])).mean().item()
-        if bank.topology.num_groups > 1 and (step0 + t + 1) % tau == 0:
+        if bank.topology.num_groups > 1 and (t + 1) % tau == 0:
             if before_average is not None:
                 before_average(bank)
             bank.average_groups()
