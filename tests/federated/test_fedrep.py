@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from repro.federated.client import LocalSGD
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
@@ -45,3 +46,21 @@ def test_personal_heads_differ_and_their_mean_is_the_shared_head():
     key = head_keys(list(out))[0]
     assert not np.allclose(heads[0][key], heads[1][key])
     np.testing.assert_allclose(out[key], np.mean([h[key] for h in heads], axis=0), rtol=1e-6, atol=1e-8)
+
+
+def test_fine_tuning_a_new_clients_head_moves_only_the_head_and_fits_its_labels():
+    from repro.federated.client import LocalSettings
+    from repro.federated.fedrep import fine_tune_head
+    from repro.federated.task import build_model, client_data
+
+    model = build_model(SPEC, seed=0)
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    x, y = client_data(SPEC, 0)
+    loss = torch.nn.functional.cross_entropy
+    start = loss(model(torch.from_numpy(x)), torch.from_numpy(y)).item()
+    fine_tune_head(model, x, y, LocalSettings(steps=30, batch_size=16, lr=0.1, momentum=0.0, seed=0))
+    head = set(head_keys(list(before)))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]) != (k in head), k  # the head moved, the body did not
+    assert loss(model(torch.from_numpy(x)), torch.from_numpy(y)).item() < start
+    assert all(p.requires_grad for p in model.parameters())  # nothing left frozen

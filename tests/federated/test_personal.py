@@ -29,3 +29,13 @@ def test_em_recovers_a_known_prior_within_005_l1():
     likelihood = norm.pdf(x[:, None], means[None, :], 1.0)
     posteriors = likelihood * train_prior / (likelihood * train_prior).sum(1, keepdims=True)
     assert np.abs(em_label_prior(posteriors, train_prior) - true_prior).sum() < 0.05
+
+
+def test_an_unseen_client_can_agree_to_label_a_seeded_share():
+    data = UnseenClientData(client=1, x=np.arange(20.0).reshape(10, 2), _sealed_y=np.arange(10))
+    x, y = data.offer_labels(0.3, seed=4)
+    assert len(y) == 3 and np.array_equal(x[:, 0] / 2, y)  # the labels belong to the inputs offered
+    again, _ = data.offer_labels(0.3, seed=4)
+    assert np.array_equal(x, again)
+    with pytest.raises(ValueError, match="'share'"):
+        data.offer_labels(0.0, seed=0)

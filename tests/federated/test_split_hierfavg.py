@@ -164,3 +164,18 @@ def test_split_round_time_grows_with_clients_per_server():
     one = cost.split_round(traffic, 1e6, 1e6, steps=5, clients_per_server=1, at_edge=True)
     many = cost.split_round(traffic, 1e6, 1e6, steps=5, clients_per_server=30, at_edge=True)
     assert many > one
+
+
+def test_splitfed_with_a_core_copy_per_client_learns_what_fedavg_learns():
+    """SFLV1's arithmetic is FedAvg's: same batches, same rate, every client every round -> the same model."""
+    spec = TaskSpec(dataset="digits", num_clients=4, scheme="iid", hidden=(16, 24), n_train=300)
+    schedule = SplitSchedule(rounds=3, steps=2, batch_size=8, lr=0.1)
+    split = run_split_training(spec, cut=2, hierarchy=SplitHierarchy.splitfed(4), schedule=schedule, seed=5,
+                               eval_rounds=[3])
+    local = LocalSGD(batch_size=8, lr=0.1, momentum=0.0).config(2)
+    fedavg = run_federated(SeededFedAvg(4, local, seed=5), make_client_app(spec, {"seed": 5}), 4, initial_arrays(spec, 5),
+                           3, central_evaluator(spec), [3])
+    avg = snapshot(fedavg.final_arrays)
+    assert set(avg) == set(split.final)
+    for k in avg:
+        np.testing.assert_allclose(split.final[k], avg[k], rtol=1e-5, atol=1e-6)

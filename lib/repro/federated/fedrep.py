@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
 from flwr.clientapp import ClientApp
 
@@ -93,6 +94,35 @@ class FedRep(SeededFedAvg):
                 for k in self._head}
 
 
+def train_part(model: torch.nn.Module, trained: set[str], x: np.ndarray, y: np.ndarray, settings: LocalSettings) -> float:
+    """Local SGD of ``model``'s parameters named in ``trained``, every other parameter frozen; the mean loss.
+
+    Raises
+    ------
+    ValueError
+        If ``trained`` names no parameter of ``model``.
+    """
+    params = dict(model.named_parameters())
+    if not set(trained) & set(params):
+        raise ValueError(f"parameter 'trained': names none of the model's parameters {sorted(params)}")
+    try:
+        for k, p in params.items():
+            p.requires_grad_(k in trained)
+        return train_locally(model, x, y, settings)
+    finally:
+        for p in params.values():
+            p.requires_grad_(True)
+
+
+def fine_tune_head(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, settings: LocalSettings) -> float:
+    """FedRep's new client: fit the head on its labelled samples with the shared body frozen (in place); the loss.
+
+    FedRep (Collins et al., 2021) serves a client that joins after training this way: the representation is
+    kept and only the head is learned from the client's own labels.
+    """
+    return train_part(model, set(head_keys(list(model.state_dict()))), x, y, settings)
+
+
 def train_fedrep(spec: TaskSpec, msg: Message, context: Context, data: DataFn = client_data) -> Message:
     """One FedRep round: ``head-steps`` steps on the head (body frozen), then ``steps`` on the body (head frozen)."""
     own = context.state[LOCAL_STATE_KEY] if LOCAL_STATE_KEY in context.state else None
@@ -102,22 +132,14 @@ def train_fedrep(spec: TaskSpec, msg: Message, context: Context, data: DataFn = 
         set_weights(rnd.model, {k: from_array(own[k]) for k in head})
     head_steps = int(rnd.config["head-steps"]) if "head-steps" in rnd.config else int(
         context.run_config.get("head-steps", 0))
-    params = dict(rnd.model.named_parameters())
-    try:
-        for k, p in params.items():
-            p.requires_grad_(k in head)
-        if head_steps > 0:
-            s = rnd.settings
-            head_fit = LocalSettings(
-                steps=head_steps, batch_size=s.batch_size, lr=s.lr, momentum=s.momentum, seed=s.seed + 1, device=s.device
-            )
-            train_locally(rnd.model, rnd.x, rnd.y, head_fit)
-        for k, p in params.items():
-            p.requires_grad_(k not in head)
-        loss = train_locally(rnd.model, rnd.x, rnd.y, rnd.settings)
-    finally:
-        for p in params.values():
-            p.requires_grad_(True)
+    if head_steps > 0:
+        s = rnd.settings
+        head_fit = LocalSettings(
+            steps=head_steps, batch_size=s.batch_size, lr=s.lr, momentum=s.momentum, seed=s.seed + 1, device=s.device
+        )
+        train_part(rnd.model, head, rnd.x, rnd.y, head_fit)
+    body = {k for k in rnd.model.state_dict() if k not in head}
+    loss = train_part(rnd.model, body, rnd.x, rnd.y, rnd.settings)
     weights = get_weights(rnd.model)
     context.state[LOCAL_STATE_KEY] = to_arrayrecord(weights)
     return finish_round(msg, rnd, weights, loss)

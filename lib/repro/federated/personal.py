@@ -4,6 +4,9 @@
   read by the method under test; touching them raises
   :class:`LabelAccessError` (the evaluation harness reads them through
   :meth:`UnseenClientData.labels_for_scoring`, after the prediction is fixed).
+  A client may instead agree to label a share of its samples
+  (:meth:`UnseenClientData.offer_labels`), which is what the personalised
+  baselines that fine-tune on a new client need.
 - :func:`seen_unseen_split`: a seeded split of client ids.
 - :func:`em_label_prior`: Saerens, Latinne and Decaestecker's EM estimate of
   a new label prior from a model's posteriors on unlabelled data, and
@@ -41,6 +44,23 @@ class UnseenClientData:
     def y(self) -> np.ndarray:
         """Always raises: an unseen client offers no labels to the method."""
         raise LabelAccessError(f"client {self.client} is unseen: its labels are not available to the method")
+
+    def offer_labels(self, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """The inputs and labels of a seeded ``share`` of the samples, which the client agrees to label.
+
+        For the baselines that need labels from a new client (fine-tuning a head); a label-free method never
+        calls it.  At least one sample is labelled.
+
+        Raises
+        ------
+        ValueError
+            If ``share`` is not in ``(0, 1]``.
+        """
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"parameter 'share': must be in (0, 1], got {share}")
+        n = len(self._sealed_y)
+        pick = np.sort(np.random.default_rng(seed).choice(n, size=max(1, round(share * n)), replace=False))
+        return self.x[pick], self._sealed_y[pick]
 
     def labels_for_scoring(self, predictions: np.ndarray) -> float:
         """Accuracy (percent) of fixed ``predictions`` on this client, for the evaluation harness only."""

@@ -136,7 +136,7 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 """One client's ``(inputs, labels)`` for one split step."""
 
 
-def edge_round(model: torch.nn.Sequential, cut: int, batches: Sequence[Sequence[Batch]], weights: Sequence[float],
+def edge_round(model: torch.nn.Module, cut: int, batches: Sequence[Sequence[Batch]], weights: Sequence[float],
                lr: float, server_copies: bool = False) -> Exchange:
     """One round of one edge: every client's split steps, then the sample-weighted averages, in place in ``model``.
 

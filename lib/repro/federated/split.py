@@ -31,11 +31,23 @@ LABEL_BYTES = 8
 """Bytes of one label sent with the activations (int64)."""
 
 
-def split_sequential(model: torch.nn.Sequential, cut: int) -> tuple[torch.nn.Sequential, torch.nn.Sequential]:
-    """The base (modules ``[:cut]``) and the core (``[cut:]``) of ``model``; both share its parameters."""
+def split_sequential(model: torch.nn.Module, cut: int) -> tuple[torch.nn.Sequential, torch.nn.Sequential]:
+    """The base (modules ``[:cut]``) and the core (``[cut:]``) of ``model``; both share its parameters.
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is not an ``nn.Sequential`` (only a chain of modules can be cut).
+    ValueError
+        If ``cut`` leaves the base or the core empty.
+    """
+    if not isinstance(model, torch.nn.Sequential):
+        raise TypeError(f"parameter 'model': only an nn.Sequential can be cut, got {type(model).__name__}")
     if not 0 < cut < len(model):
-        raise ValueError(f"cut must be in 1..{len(model) - 1}, got {cut}")
-    return model[:cut], model[cut:]
+        raise ValueError(f"parameter 'cut': must be in 1..{len(model) - 1}, got {cut}")
+    base, core = model[:cut], model[cut:]
+    assert isinstance(base, torch.nn.Sequential) and isinstance(core, torch.nn.Sequential)
+    return base, core
 
 
 @dataclass(frozen=True, kw_only=True)
