@@ -87,8 +87,8 @@ def dragonfly(groups: int, routers: int, hosts_per_router: int, bandwidth: float
         raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
     gbw = bandwidth if global_bandwidth is None else global_bandwidth
     a, p = routers, hosts_per_router
-    pf = Platform(f"dragonfly{groups}x{a}x{p}" + ("_valiant" if routing == "valiant" else ""),
-                  [f"g{g}r{r}h{i}" for g in range(groups) for r in range(a) for i in range(p)])
+    pf = Platform(name=f"dragonfly{groups}x{a}x{p}" + ("_valiant" if routing == "valiant" else ""),
+                  hosts=[f"g{g}r{r}h{i}" for g in range(groups) for r in range(a) for i in range(p)])
     where = [(g, r) for g in range(groups) for r in range(a) for _ in range(p)]
     sw = link_latency + switch_latency
 
@@ -136,20 +136,21 @@ def _minimal_zones(pf: Platform, groups: int, routers: int, per_router: int, up:
         routes: dict[tuple[str, str], tuple[str, ...]] = {(pf.hosts[h], router[g][r]): (up(h),) for h in hosts}
         routes |= {(router[g][r], pf.hosts[h]): (down(h),) for h in hosts}
         routes |= {(pf.hosts[i], pf.hosts[j]): (up(i), down(j)) for i, j in itertools.permutations(hosts, 2)}
-        return Zone(f"zone_g{g}r{r}", hosts=hosts, routers=[router[g][r]], routes=routes)
+        return Zone(name=f"zone_g{g}r{r}", hosts=hosts, routers=[router[g][r]], routes=routes)
 
     def group(g: int) -> Zone:
         pairs = itertools.permutations(range(routers), 2)
-        return Zone(f"zone_g{g}", children=[leaf(g, r) for r in range(routers)],
+        return Zone(name=f"zone_g{g}", children=[leaf(g, r) for r in range(routers)],
                     zone_routes={(f"zone_g{g}r{r1}", f"zone_g{g}r{r2}"):
-                                 ZoneRoute(router[g][r1], router[g][r2], tuple(local(g, r1, r2))) for r1, r2 in pairs})
+                                 ZoneRoute(gw_src=router[g][r1], gw_dst=router[g][r2], links=tuple(local(g, r1, r2)))
+                                 for r1, r2 in pairs})
 
-    top = Zone(f"zone_{pf.name}", children=[group(g) for g in range(groups)],
+    top = Zone(name=f"zone_{pf.name}", children=[group(g) for g in range(groups)],
                zone_routes={(f"zone_g{g1}", f"zone_g{g2}"):
-                            ZoneRoute(router[g1][global_router(g1, g2, groups, routers)],
-                                      router[g2][global_router(g2, g1, groups, routers)], (wire(g1, g2),))
+                            ZoneRoute(gw_src=router[g1][global_router(g1, g2, groups, routers)],
+                                      gw_dst=router[g2][global_router(g2, g1, groups, routers)], links=(wire(g1, g2),))
                             for g1, g2 in itertools.permutations(range(groups), 2)})
-    return Platform(pf.name, pf.hosts, pf.links, {}, pf.host_speed, top)
+    return Platform(name=pf.name, hosts=pf.hosts, links=pf.links, routes={}, host_speed=pf.host_speed, zone=top)
 
 
 def with_endpoint_overhead(platform: Platform, alpha: float) -> Platform:
@@ -162,7 +163,9 @@ def with_endpoint_overhead(platform: Platform, alpha: float) -> Platform:
     check_nonneg("alpha", alpha)
     if alpha == 0:
         return platform
-    tx = {i: Link(f"sw_tx_{h}", 1e15, alpha / 2, "FATPIPE") for i, h in enumerate(platform.hosts)}
-    rx = {i: Link(f"sw_rx_{h}", 1e15, alpha / 2, "FATPIPE") for i, h in enumerate(platform.hosts)}
+    tx = {i: Link(name=f"sw_tx_{h}", bandwidth=1e15, latency=alpha / 2, sharing="FATPIPE")
+          for i, h in enumerate(platform.hosts)}
+    rx = {i: Link(name=f"sw_rx_{h}", bandwidth=1e15, latency=alpha / 2, sharing="FATPIPE")
+          for i, h in enumerate(platform.hosts)}
     return wrap_host_routes(platform, f"{platform.name}_a", lambda i: (tx[i].name,), lambda j: (rx[j].name,),
                             {link.name: link for link in [*tx.values(), *rx.values()]})

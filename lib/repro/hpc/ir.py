@@ -36,7 +36,7 @@ COPY = "copy"
 SUM = "sum"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Send:
     """Send the concatenation of ``blocks`` to rank ``peer``."""
 
@@ -44,7 +44,7 @@ class Send:
     blocks: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recv:
     """Receive a message from ``peer`` and store it into ``blocks``.
 
@@ -56,7 +56,7 @@ class Recv:
     op: str = COPY
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Copy:
     """Local copy of the concatenation of ``src`` into the blocks ``dst``."""
 
@@ -64,7 +64,7 @@ class Copy:
     dst: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     """What one rank does in one step (see the module docstring)."""
 
@@ -80,7 +80,7 @@ class Step:
         return bool(self.sends or self.recvs)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Schedule:
     """A collective written as a per-rank, per-step program.
 
@@ -147,7 +147,7 @@ class Schedule:
         return [s for s, row in enumerate(self.steps) if any(st.communicates for st in row)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Message:
     """One point-to-point message of a schedule (derived, for accounting)."""
 
@@ -186,7 +186,7 @@ def messages(schedule: Schedule) -> Iterator[Message]:
     for s, row in enumerate(schedule.steps):
         for st in row:
             for rv in st.recvs:
-                yield Message(s, rv.peer, st.rank, schedule.blocks_length(rv.blocks), rv.op)
+                yield Message(step=s, src=rv.peer, dst=st.rank, elements=schedule.blocks_length(rv.blocks), op=rv.op)
 
 
 def link_bytes(schedule: Schedule, itemsize: int = 1) -> list[dict[tuple[int, int], int]]:

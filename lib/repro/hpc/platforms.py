@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from xml.sax.saxutils import quoteattr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Link:
     """A directed link: bandwidth in bytes/s, latency in s, SimGrid sharing policy."""
 
@@ -46,7 +46,7 @@ class Link:
     sharing: str = "SHARED"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ZoneRoute:
     """The route between two child zones of a :class:`Zone`.
 
@@ -63,7 +63,7 @@ class ZoneRoute:
     links: tuple[str, ...]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Zone:
     """A SimGrid netzone with ``Full`` routing: a leaf (hosts, routers, routes) or an inner zone (children, zone routes).
 
@@ -128,7 +128,7 @@ class ZoneRoutes(MutableMapping[tuple[int, int], tuple[str, ...]]):
         return n * (n - 1)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Platform:
     """Hosts, directed links and the route of every ordered host pair (explicit or zoned).
 
@@ -163,7 +163,7 @@ class Platform:
 
     def add_link(self, name: str, bandwidth: float, latency: float, sharing: str = "SHARED") -> str:
         """Add (or reuse, if identical) a link; return its name."""
-        link = Link(name, float(bandwidth), float(latency), sharing)
+        link = Link(name=name, bandwidth=float(bandwidth), latency=float(latency), sharing=sharing)
         if self.links.setdefault(name, link) != link:
             raise ValueError(f"link {name!r} defined twice with different parameters")
         return name
@@ -227,7 +227,8 @@ class Platform:
     def flattened(self) -> Platform:
         """The explicit form: the same hosts and links, every host-pair route resolved."""
         routes = {pair: self.route(*pair) for pair in itertools.permutations(range(len(self.hosts)), 2)}
-        return Platform(self.name, list(self.hosts), dict(self.links), routes, self.host_speed)
+        return Platform(name=self.name, hosts=list(self.hosts), links=dict(self.links), routes=routes,
+                        host_speed=self.host_speed)
 
     def check(self) -> None:
         """Raise ``ValueError`` unless every ordered host pair has a route of known links.
@@ -362,7 +363,8 @@ def wrap_host_routes(platform: Platform, name: str, before: Callable[[int], tupl
                   for (a, b), route in zone.routes.items()}
         return replace(zone, routes=routes, children=[wrapped(c) for c in zone.children])
 
-    return Platform(name, hosts, all_links, {}, platform.host_speed, wrapped(platform.zone))
+    return Platform(name=name, hosts=hosts, links=all_links, routes={}, host_speed=platform.host_speed,
+                    zone=wrapped(platform.zone))
 
 
 def _direct(pf: Platform, i: int, j: int, bandwidth: float, latency: float) -> str:
@@ -371,7 +373,7 @@ def _direct(pf: Platform, i: int, j: int, bandwidth: float, latency: float) -> s
 
 def fully_connected(p: int, bandwidth: float, latency: float) -> Platform:
     """``p`` hosts, a dedicated directed link between every ordered pair."""
-    pf = Platform(f"full{p}", [f"h{i}" for i in range(p)])
+    pf = Platform(name=f"full{p}", hosts=[f"h{i}" for i in range(p)])
     for i, j in itertools.permutations(range(p), 2):
         pf.routes[(i, j)] = (_direct(pf, i, j, bandwidth, latency),)
     return pf
@@ -383,7 +385,7 @@ def two_dim_fc(rows: int, cols: int, bandwidth: float, latency: float) -> Platfo
     Direct links to every host of the same row and of the same column (degree
     ``R+C-2``); other pairs are routed row first, then column (2 hops).
     """
-    pf = Platform(f"2dfc{rows}x{cols}", [f"n{r}_{c}" for r in range(rows) for c in range(cols)])
+    pf = Platform(name=f"2dfc{rows}x{cols}", hosts=[f"n{r}_{c}" for r in range(rows) for c in range(cols)])
 
     def node(r: int, c: int) -> int:
         return r * cols + c
@@ -421,7 +423,7 @@ def kautz(d: int, bandwidth: float, latency: float, forward_latency: float = 0.0
     """
     names, arcs = kautz_arcs(d)
     n = len(names)
-    pf = Platform(f"kautz{d}", names)
+    pf = Platform(name=f"kautz{d}", hosts=names)
     succ = {i: sorted(j for (a, j) in arcs if a == i) for i in range(n)}
     for i, j in itertools.permutations(range(n), 2):
         if (i, j) in arcs:
@@ -456,7 +458,7 @@ def fat_tree(p: int, hosts_per_leaf: int, spines: int, bandwidth: float, latency
     if p % hosts_per_leaf:
         raise ValueError("hosts_per_leaf must divide p")
     up_bw = bandwidth if uplink_bandwidth is None else uplink_bandwidth
-    pf = Platform(f"fattree{p}_{hosts_per_leaf}_{spines}", [f"h{i}" for i in range(p)])
+    pf = Platform(name=f"fattree{p}_{hosts_per_leaf}_{spines}", hosts=[f"h{i}" for i in range(p)])
 
     def leaf(i: int) -> int:
         return i // hosts_per_leaf
@@ -499,7 +501,7 @@ def gpu_cluster(nodes: int, gpus_per_node: int, *, nvlink_bandwidth: float = 50e
     if nics_per_node < 1 or gpus_per_node % nics_per_node:
         raise ValueError(f"nics_per_node={nics_per_node} must divide gpus_per_node={gpus_per_node}")
     k, per_nic = gpus_per_node, gpus_per_node // nics_per_node
-    pf = Platform(f"gpu{nodes}x{k}", [f"g{m}_{g}" for m in range(nodes) for g in range(k)])
+    pf = Platform(name=f"gpu{nodes}x{k}", hosts=[f"g{m}_{g}" for m in range(nodes) for g in range(k)])
     fabric = pf.add_link("ib_fabric", 1e15, switch_hops * switch_latency, "FATPIPE")
     for i, j in itertools.permutations(range(nodes * k), 2):
         (mi, li), (mj, lj) = divmod(i, k), divmod(j, k)
@@ -581,7 +583,7 @@ def distributed_loop(switches: int, hosts_per_switch: int, bandwidth: float, lat
     copies = 1 if chord_copies is None else chord_copies
     if copies < 1:
         raise ValueError(f"chord_copies must be >= 1, got {chord_copies}")
-    pf = Platform(f"dln{S}x{p}c{copies}", [f"h{s}_{a}" for s in range(S) for a in range(p)])
+    pf = Platform(name=f"dln{S}x{p}c{copies}", hosts=[f"h{s}_{a}" for s in range(S) for a in range(p)])
     lat = latency + switch_latency
     paths = {(s, t): loop_path(s, t, S) for s in range(S) for t in range(S)}
     for i, j in itertools.permutations(range(S * p), 2):

@@ -38,7 +38,7 @@ from repro.hpc.platforms import Platform
 SIMGRID_CONFIG = ["network/model:CM02", "network/crosstraffic:0", "network/TCP-gamma:0"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimResult:
     """Outcome of one simulation.
 
