@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from timing import timed
 
+from repro.models import torch_threads
 from repro.offopt.pipeline import make_regularizer
-from repro.offopt.surrogate import torch_threads, train_surrogate
+from repro.offopt.surrogate import TrainSettings, train_surrogate
 from repro.offopt.tasks import OfflineTask, make_task
 
 EPOCHS = 5
 
 
 def _epoch_seconds(task: OfflineTask, reg: str | None, repeat: int = 3) -> float:
-    return timed(lambda: train_surrogate(task.x_z, task.y_z, hidden=(64, 64), epochs=EPOCHS, batch_size=128,
-                                            seed=0, regularizer=None if reg is None else make_regularizer(reg, seed=0)),
+    settings = TrainSettings(hidden=(64, 64), epochs=EPOCHS, batch_size=128)
+    return timed(lambda: train_surrogate(task.x_z, task.y_z, settings, seed=0,
+                                         regularizer=None if reg is None else make_regularizer(reg, seed=0)),
                  repeat) / EPOCHS
 
 

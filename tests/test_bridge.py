@@ -7,7 +7,9 @@ import torch
 from torch import nn
 
 from repro.bridge import (
+    BridgeSampling,
     BridgeSchedule,
+    BridgeTraining,
     MLPDenoiser,
     bridge_marginal,
     bridge_sample,
@@ -80,12 +82,13 @@ def test_sampler_is_deterministic_at_eta_zero() -> None:
     den = _denoiser()
     s = BridgeSchedule(n_timesteps=100)
     xs, c = torch.randn(8, 2), torch.randn(8, 1)
-    a = bridge_sample(den, xs, c, schedule=s, n_steps=20, eta=0.0, guidance=-1.5, seed=1)
-    b = bridge_sample(den, xs, c, schedule=s, n_steps=20, eta=0.0, guidance=-1.5, seed=2)
+    a = bridge_sample(den, xs, c, BridgeSampling(schedule=s, n_steps=20, eta=0.0, guidance=-1.5, seed=1))
+    b = bridge_sample(den, xs, c, BridgeSampling(schedule=s, n_steps=20, eta=0.0, guidance=-1.5, seed=2))
     assert torch.equal(a, b)
-    n1 = bridge_sample(den, xs, c, schedule=s, n_steps=20, eta=0.5, seed=1)
-    n2 = bridge_sample(den, xs, c, schedule=s, n_steps=20, eta=0.5, seed=2)
-    assert not torch.equal(n1, n2) and torch.equal(n1, bridge_sample(den, xs, c, schedule=s, n_steps=20, eta=0.5, seed=1))
+    n1 = bridge_sample(den, xs, c, BridgeSampling(schedule=s, n_steps=20, eta=0.5, seed=1))
+    n2 = bridge_sample(den, xs, c, BridgeSampling(schedule=s, n_steps=20, eta=0.5, seed=2))
+    again = bridge_sample(den, xs, c, BridgeSampling(schedule=s, n_steps=20, eta=0.5, seed=1))
+    assert not torch.equal(n1, n2) and torch.equal(n1, again)
 
 
 def test_cfg_with_zero_weight_is_the_conditional_prediction() -> None:
@@ -127,14 +130,14 @@ def test_a_trained_bridge_translates_source_to_target() -> None:
     shift = torch.tensor([2.0, -1.0])
     s = BridgeSchedule(n_timesteps=100)
     kw = dict(schedule=s, epochs=40, batch_size=64, lr=3e-3, loss="l2", ema_decay=None, seed=0)
-    paired = train_bridge(_denoiser(cond_dim=2, seed=3), xs, xs + shift, xs, p_uncond=0.0, **kw)
+    paired = train_bridge(_denoiser(cond_dim=2, seed=3), xs, xs + shift, xs, BridgeTraining(p_uncond=0.0, **kw))
     assert paired.history[-1]["loss"] < 0.5 * paired.history[0]["loss"]
     x_new = torch.randn(64, 2, generator=g) * 0.5
-    out = bridge_sample(paired.model, x_new, x_new, schedule=s, n_steps=25, eta=0.0)
+    out = bridge_sample(paired.model, x_new, x_new, BridgeSampling(schedule=s, n_steps=25, eta=0.0))
     assert float((out - x_new - shift).norm(dim=1).mean()) < 0.3  # vs |shift| = 2.24 for doing nothing
-    blind = train_bridge(_denoiser(cond_dim=1, seed=3), xs, xs + shift, torch.ones(256, 1), **kw)
+    blind = train_bridge(_denoiser(cond_dim=1, seed=3), xs, xs + shift, torch.ones(256, 1), BridgeTraining(**kw))
     x_new = torch.randn(256, 2, generator=g)
-    out = bridge_sample(blind.model, x_new, torch.ones(256, 1), schedule=s, n_steps=25, eta=0.0)
+    out = bridge_sample(blind.model, x_new, torch.ones(256, 1), BridgeSampling(schedule=s, n_steps=25, eta=0.0))
     assert float((out.mean(0) - x_new.mean(0) - shift).norm()) < 0.4
 
 
@@ -155,18 +158,18 @@ def test_bridge_is_shape_agnostic_with_a_pluggable_denoiser() -> None:
     ct, pet = torch.randn(12, 1, 6, 6, generator=g), torch.randn(12, 1, 6, 6, generator=g)
     s = BridgeSchedule(n_timesteps=100)
     den = seeded(_ConvDenoiser, 0)
-    res = train_bridge(den, ct, pet, None, schedule=s, epochs=2, batch_size=4, seed=0)
-    out = bridge_sample(res.ema_model, ct, None, schedule=s, n_steps=10, eta=0.0)
+    res = train_bridge(den, ct, pet, None, BridgeTraining(schedule=s, epochs=2, batch_size=4, seed=0))
+    out = bridge_sample(res.ema_model, ct, None, BridgeSampling(schedule=s, n_steps=10, eta=0.0))
     assert out.shape == ct.shape and torch.isfinite(out).all()
     with pytest.raises(ValueError, match="same shape"):
-        train_bridge(den, ct, pet[:, :, :5], None, schedule=s, epochs=1)
+        train_bridge(den, ct, pet[:, :, :5], None, BridgeTraining(schedule=s, epochs=1))
 
 
 def test_training_is_reproducible_by_seed() -> None:
     xs = torch.randn(64, 2, generator=torch.Generator().manual_seed(5))
     kw = dict(schedule=BridgeSchedule(n_timesteps=100), epochs=2, batch_size=16, seed=4)
-    a = train_bridge(_denoiser(seed=1), xs, xs + 1, torch.ones(64, 1), **kw)
-    b = train_bridge(_denoiser(seed=1), xs, xs + 1, torch.ones(64, 1), **kw)
+    a = train_bridge(_denoiser(seed=1), xs, xs + 1, torch.ones(64, 1), BridgeTraining(**kw))
+    b = train_bridge(_denoiser(seed=1), xs, xs + 1, torch.ones(64, 1), BridgeTraining(**kw))
     assert all(torch.equal(p, q) for p, q in zip(a.ema_model.parameters(), b.ema_model.parameters()))
 
 
@@ -174,7 +177,7 @@ def test_pairs_for_epoch_feeds_each_later_epoch_its_own_pairs() -> None:
     g = torch.Generator().manual_seed(0)
     xs, xt, c = torch.randn(40, 2, generator=g), torch.randn(40, 2, generator=g), torch.randn(40, 1, generator=g)
     kw = dict(schedule=BridgeSchedule(n_timesteps=50), epochs=3, batch_size=16, ema_decay=None, seed=4)
-    fixed = train_bridge(_denoiser(seed=1), xs, xt, c, **kw)
+    fixed = train_bridge(_denoiser(seed=1), xs, xt, c, BridgeTraining(**kw))
     asked: list[int] = []
 
     def same_pairs(epoch: int):
@@ -182,14 +185,14 @@ def test_pairs_for_epoch_feeds_each_later_epoch_its_own_pairs() -> None:
         return xs, xt, c
 
     # handing back the same pairs every epoch reproduces training on fixed pairs exactly
-    again = train_bridge(_denoiser(seed=1), xs, xt, c, pairs_for_epoch=same_pairs, **kw)
+    again = train_bridge(_denoiser(seed=1), xs, xt, c, BridgeTraining(**kw), pairs_for_epoch=same_pairs)
     assert asked == [1, 2]
     for p, q in zip(fixed.model.parameters(), again.model.parameters()):
         assert torch.equal(p, q)
     # fresh pairs (of another size) change the model; epoch 0 still trains on the pairs passed in
-    fresh = train_bridge(_denoiser(seed=1), xs, xt, c,
-                         pairs_for_epoch=lambda e: (xs[: 20 + e], xt[: 20 + e] + 1.0, c[: 20 + e]), **kw)
+    fresh = train_bridge(_denoiser(seed=1), xs, xt, c, BridgeTraining(**kw),
+                         pairs_for_epoch=lambda e: (xs[: 20 + e], xt[: 20 + e] + 1.0, c[: 20 + e]))
     assert fresh.history[0] == fixed.history[0]
     assert not all(torch.equal(p, q) for p, q in zip(fixed.model.parameters(), fresh.model.parameters()))
     with pytest.raises(ValueError, match="cond must have"):
-        train_bridge(_denoiser(seed=1), xs, xt, c, pairs_for_epoch=lambda e: (xs, xt, c[:5]), **kw)
+        train_bridge(_denoiser(seed=1), xs, xt, c, BridgeTraining(**kw), pairs_for_epoch=lambda e: (xs, xt, c[:5]))

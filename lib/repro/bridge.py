@@ -3,10 +3,10 @@
 Public API (stable):
     ``BridgeSchedule(n_timesteps, m_min, m_max, max_var)``: the ``m_t`` / ``var_t`` schedule;
         ``q_sample`` and ``bridge_marginal`` draw the forward bridge.
-    ``train_bridge(denoiser, x_source, x_target, cond, *, schedule, epochs, ..., pairs_for_epoch=None)
-        -> BridgeTrainResult`` (``model``, ``ema_model``, ``history``).
-    ``bridge_sample(denoiser, x_source, cond, *, schedule, n_steps, eta, guidance, ...)``: reverse walk
-        from source to target estimates.
+    ``train_bridge(denoiser, x_source, x_target, cond, BridgeTraining(schedule=..., epochs=..., ...),
+        pairs_for_epoch=None) -> BridgeTrainResult`` (``model``, ``ema_model``, ``history``).
+    ``bridge_sample(denoiser, x_source, cond, BridgeSampling(schedule=..., n_steps=..., eta=..., guidance=...))``:
+        reverse walk from source to target estimates.
     ``MLPDenoiser(dim, cond_dim, hidden, n_timesteps, activation)``: a vector denoiser; any module
         ``denoiser(x_t, t, cond)`` works (condition tensors may be vectors or image-shaped maps).
     Helpers: ``guided_prediction`` (classifier-free guidance), ``drop_condition``, ``sampling_steps``, ``EMA``.
@@ -314,22 +314,49 @@ def _check_pairs(x_source: torch.Tensor, x_target: torch.Tensor, cond: torch.Ten
     return n
 
 
+@dataclass(frozen=True, kw_only=True)
+class BridgeTraining:
+    """How :func:`train_bridge` trains a denoiser.
+
+    Attributes
+    ----------
+    schedule
+        Bridge schedule.
+    epochs, batch_size, lr
+        Optimisation settings (Adam).
+    p_uncond
+        Classifier-free-guidance drop probability.
+    loss
+        ``"l1"`` or ``"l2"``.
+    ema_decay
+        EMA decay, or ``None`` to disable.
+    ema_start
+        Steps before the EMA starts tracking (it copies the model until then).
+    null_cond
+        The null condition (zeros by default).
+    seed
+        Seed of batches, steps, noise and condition drops.
+    """
+
+    schedule: BridgeSchedule = field(default_factory=BridgeSchedule)
+    epochs: int = 30
+    batch_size: int = 64
+    lr: float = 1e-3
+    p_uncond: float = 0.15
+    loss: str = "l1"
+    ema_decay: float | None = 0.995
+    ema_start: int = 0
+    null_cond: torch.Tensor | None = None
+    seed: int = 0
+
+
 def train_bridge(
     denoiser: nn.Module,
     x_source: torch.Tensor,
     x_target: torch.Tensor,
     cond: torch.Tensor | None = None,
+    settings: BridgeTraining | None = None,
     *,
-    schedule: BridgeSchedule | None = None,
-    epochs: int = 30,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    p_uncond: float = 0.15,
-    loss: str = "l1",
-    ema_decay: float | None = 0.995,
-    ema_start: int = 0,
-    null_cond: torch.Tensor | None = None,
-    seed: int = 0,
     pairs_for_epoch: PairSource | None = None,
 ) -> BridgeTrainResult:
     """Train ``denoiser`` to regress the bridge objective on ``(x_source, x_target)`` pairs.
@@ -346,22 +373,8 @@ def train_bridge(
         Paired endpoints, shape ``(n, ...)``.
     cond
         Conditions ``(n, c)``, or ``None`` for an unconditional bridge.
-    schedule
-        Bridge schedule (default :class:`BridgeSchedule`).
-    epochs, batch_size, lr
-        Optimisation settings.
-    p_uncond
-        Classifier-free-guidance drop probability.
-    loss
-        ``"l1"`` or ``"l2"``.
-    ema_decay
-        EMA decay, or ``None`` to disable.
-    ema_start
-        Steps before the EMA starts tracking (it copies the model until then).
-    null_cond
-        The null condition (zeros by default).
-    seed
-        Seed of batches, steps, noise and condition drops.
+    settings
+        Schedule, optimisation, guidance dropping, EMA and seed (default :class:`BridgeTraining`).
     pairs_for_epoch
         If given, called as ``pairs_for_epoch(epoch)`` before every epoch
         after the first; the epoch then trains on the ``(x_source, x_target,
@@ -379,7 +392,10 @@ def train_bridge(
     The pairs may live on the CPU; each batch is drawn there and moved to
     the denoiser's device for the forward and backward passes.
     """
-    schedule = schedule or BridgeSchedule()
+    cfg = settings or BridgeTraining()
+    schedule, p_uncond, loss, null_cond, ema_decay, ema_start = (cfg.schedule, cfg.p_uncond, cfg.loss, cfg.null_cond,
+                                                                   cfg.ema_decay, cfg.ema_start)
+    epochs, batch_size, lr, seed = cfg.epochs, cfg.batch_size, cfg.lr, cfg.seed
     n = _check_pairs(x_source, x_target, cond)
     epochs = check_positive_int("epochs", epochs)
     batch_size = check_positive_int("batch_size", batch_size)
@@ -451,19 +467,43 @@ def guided_prediction(
     return (1.0 + guidance) * pred - guidance * denoiser(x_t, t, null)
 
 
+@dataclass(frozen=True, kw_only=True)
+class BridgeSampling:
+    """How :func:`bridge_sample` walks the reverse bridge.
+
+    Attributes
+    ----------
+    schedule
+        The training schedule.
+    n_steps
+        Number of sampling steps (skip sampling).
+    eta
+        Noise scale (>= 0).
+    guidance
+        CFG weight ``w`` (ROOT: -1.5).
+    null_cond
+        Null condition (zeros by default).
+    variance
+        ``"bbdm"`` or ``"ddim"``.
+    seed
+        Seed of the injected noise.
+    """
+
+    schedule: BridgeSchedule = field(default_factory=BridgeSchedule)
+    n_steps: int = 200
+    eta: float = 0.2
+    guidance: float = 0.0
+    null_cond: torch.Tensor | None = None
+    variance: str = "bbdm"
+    seed: int = 0
+
+
 @torch.no_grad()
 def bridge_sample(
     denoiser: nn.Module,
     x_source: torch.Tensor,
     cond: torch.Tensor | None = None,
-    *,
-    schedule: BridgeSchedule | None = None,
-    n_steps: int = 200,
-    eta: float = 0.2,
-    guidance: float = 0.0,
-    null_cond: torch.Tensor | None = None,
-    variance: str = "bbdm",
-    seed: int = 0,
+    settings: BridgeSampling | None = None,
 ) -> torch.Tensor:
     """Run the reverse bridge from ``x_source`` to an estimate of the target.
 
@@ -487,28 +527,18 @@ def bridge_sample(
         Starting points ``x_T``, shape ``(B, ...)``.
     cond
         Conditions ``(B, c)`` or ``None``.
-    schedule
-        The training schedule.
-    n_steps
-        Number of sampling steps (skip sampling).
-    eta
-        Noise scale (>= 0).
-    guidance
-        CFG weight ``w`` (ROOT: -1.5).
-    null_cond
-        Null condition (zeros by default).
-    variance
-        ``"bbdm"`` or ``"ddim"``.
-    seed
-        Seed of the injected noise.
+    settings
+        Schedule, steps, noise, guidance and seed (default :class:`BridgeSampling`).
 
     Returns
     -------
     torch.Tensor
         The samples, shape ``(B, ...)``, on ``x_source``'s device (the walk runs on the denoiser's).
     """
-    schedule = schedule or BridgeSchedule()
-    eta = check_nonneg("eta", eta)
+    cfg = settings or BridgeSampling()
+    schedule, n_steps, guidance, null_cond, variance, seed = (cfg.schedule, cfg.n_steps, cfg.guidance, cfg.null_cond,
+                                                              cfg.variance, cfg.seed)
+    eta = check_nonneg("eta", cfg.eta)
     check_choice("variance", variance, ("bbdm", "ddim"))
     steps = sampling_steps(schedule.n_timesteps, n_steps)
     m_all, var_all = schedule.m, schedule.var

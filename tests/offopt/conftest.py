@@ -12,12 +12,13 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from repro.models import torch_threads  # noqa: E402
-from repro.offopt.grid import GridResult, MethodSpec, build_tasks, run_grid  # noqa: E402
+from repro.offopt.grid import Diagnostics, GridResult, MethodSpec, build_tasks, run_grid  # noqa: E402
+from repro.offopt.pipeline import MethodSettings, method_settings  # noqa: E402
 from repro.offopt.tasks import OfflineTask  # noqa: E402
 
-TINY = dict(
+TINY = method_settings(
     n_candidates=16,
-    surrogate={"hidden": [16], "epochs": 4},
+    surrogate={"hidden": [16], "epochs": 4, "ensemble": 2},
     search={"grad_steps": 8, "cma_starts": 4, "cma_generations": 4, "cma_popsize": 6},
     root={
         "n_functions": 2,
@@ -29,9 +30,8 @@ TINY = dict(
         "n_timesteps": 50,
         "sample_steps": 5,
     },
-    progress=False,
 )
-"""Grid settings small enough for unit tests."""
+"""Pipeline settings small enough for unit tests."""
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -41,8 +41,8 @@ def _one_torch_thread():
 
 
 @pytest.fixture(scope="session")
-def tiny() -> dict:
-    """Keyword arguments of :func:`repro.offopt.grid.run_grid` for a fast grid."""
+def tiny() -> MethodSettings:
+    """Settings of :func:`repro.offopt.grid.run_grid` for a fast grid."""
     return TINY
 
 
@@ -61,7 +61,7 @@ def grid(tasks) -> GridResult:
         "cma_es+ignite2",
         MethodSpec(label="root (F=1)", method="root", root={"n_functions": 1}),
     ]
-    return run_grid(tasks, methods, [0, 1], diagnostics=["sharpness", "sensitivity"], **TINY)
+    return run_grid(tasks, methods, [0, 1], TINY, diagnostics=Diagnostics(which=("sharpness", "sensitivity")), progress=False)
 
 
 @pytest.fixture(scope="session")

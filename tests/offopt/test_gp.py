@@ -9,6 +9,8 @@ import torch
 from repro.models import torch_threads
 from repro.offopt.gp import (
     GPPosteriorMean,
+    GPPrior,
+    PairClimb,
     RFFPosteriorSample,
     build_root_pairs,
     gp_ensemble,
@@ -54,40 +56,23 @@ def test_rff_posterior_sample_fits_the_data_and_is_seeded() -> None:
     assert torch.equal(a(xq), b(xq)) and not torch.allclose(a(xq), c(xq))
 
 
+def prior6(kind: str) -> GPPrior:
+    return GPPrior(n_functions=6, lengthscale=1.0, outputscale=2.0, delta_lengthscale=0.25, delta_outputscale=0.5,
+                   kind=kind, n_features=32)
+
+
 @pytest.mark.parametrize("kind", ["posterior_mean", "rff_sample"])
 def test_ensemble_hyperparameters_are_sampled_in_range_and_reproducible(kind: str) -> None:
-    ens = gp_ensemble(
-        X,
-        Y,
-        n_functions=6,
-        lengthscale=1.0,
-        outputscale=2.0,
-        delta_lengthscale=0.25,
-        delta_outputscale=0.5,
-        kind=kind,
-        n_features=32,
-        seed=7,
-    )
+    ens = gp_ensemble(X, Y, prior6(kind), seed=7)
     ls = np.array([f.lengthscale for f in ens])
     os_ = np.array([f.outputscale for f in ens])
     assert np.all((0.75 <= ls) & (ls <= 1.25)) and np.all((1.5 <= os_) & (os_ <= 2.5))
     assert len(set(ls.round(12))) == 6
-    again = gp_ensemble(
-        X,
-        Y,
-        n_functions=6,
-        lengthscale=1.0,
-        outputscale=2.0,
-        delta_lengthscale=0.25,
-        delta_outputscale=0.5,
-        kind=kind,
-        n_features=32,
-        seed=7,
-    )
+    again = gp_ensemble(X, Y, prior6(kind), seed=7)
     xq = torch.as_tensor(X[:4])
     assert all(torch.equal(f(xq), g(xq)) for f, g in zip(ens, again))
     with pytest.raises(ValueError, match="delta_lengthscale"):
-        gp_ensemble(X, Y, lengthscale=0.2, delta_lengthscale=0.25)
+        gp_ensemble(X, Y, GPPrior(lengthscale=0.2, delta_lengthscale=0.25))
 
 
 def test_every_kept_pair_clears_the_threshold_and_lr_zero_keeps_none() -> None:
@@ -103,7 +88,7 @@ def test_every_kept_pair_clears_the_threshold_and_lr_zero_keeps_none() -> None:
 
 
 def test_build_root_pairs_seeds_from_the_best_designs() -> None:
-    pairs = build_root_pairs(X, Y, n_functions=3, n_seeds=5, steps=10, lr=1e-2, threshold=1e-3, seed=0)
+    pairs = build_root_pairs(X, Y, GPPrior(n_functions=3), PairClimb(n_seeds=5, steps=10, lr=1e-2, threshold=1e-3), seed=0)
     assert set(np.unique(pairs.function_index)) <= {0, 1, 2}
     assert len(pairs) <= 3 * 5 and len(pairs) > 0
     best = X[np.argsort(-Y)[:5]]
@@ -114,11 +99,11 @@ def test_build_root_pairs_seeds_from_the_best_designs() -> None:
 
 
 def test_gp_subset_bounds_the_fit_but_keeps_the_best_seeds() -> None:
-    full = build_root_pairs(X, Y, n_functions=1, n_seeds=4, steps=5, lr=1e-2, seed=0)
-    sub = build_root_pairs(X, Y, n_functions=1, n_seeds=4, steps=5, lr=1e-2, max_points=10, seed=0)
+    full = build_root_pairs(X, Y, GPPrior(n_functions=1), PairClimb(n_seeds=4, steps=5, lr=1e-2), seed=0)
+    sub = build_root_pairs(X, Y, GPPrior(n_functions=1), PairClimb(n_seeds=4, steps=5, lr=1e-2, max_points=10), seed=0)
     assert len(sub) > 0 and not np.allclose(full.y_high[: len(sub)], sub.y_high)
     best = X[np.argsort(-Y)[:4]]
     mid = (sub.x_low + sub.x_high) / 2
     assert np.all(np.min(np.linalg.norm(mid[:, None] - best[None], axis=-1), axis=1) < 0.2)
     with pytest.raises(ValueError, match="max_points"):
-        build_root_pairs(X, Y, n_functions=1, max_points=0)
+        build_root_pairs(X, Y, GPPrior(n_functions=1), PairClimb(max_points=0))

@@ -11,7 +11,7 @@ import torch
 from scipy import stats
 
 from repro.offopt import grid as g
-from repro.offopt.pipeline import fit_surrogate, run_method
+from repro.offopt.pipeline import fit_surrogate, method_settings, run_method
 from repro.offopt.regularizers import empirical_sensitivity, gradient_norm
 
 
@@ -39,16 +39,15 @@ def test_best_offline_rows_are_the_datasets_best(grid: g.GridResult) -> None:
 
 
 def test_grid_is_deterministic_by_seed_and_sharing_changes_nothing(tasks, tiny) -> None:
-    a = g.run_grid(tasks[:1], ["grad_ascent", "cma_es"], [3], **tiny).rows
-    b = g.run_grid(tasks[:1], ["cma_es", "grad_ascent"], [3], **tiny).rows
+    a = g.run_grid(tasks[:1], ["grad_ascent", "cma_es"], [3], tiny, progress=False).rows
+    b = g.run_grid(tasks[:1], ["cma_es", "grad_ascent"], [3], tiny, progress=False).rows
     key = ["task", "method", "seed"]
     pd.testing.assert_frame_equal(
         a.sort_values(key)[["p100", "p80", "p50"]].reset_index(drop=True),
         b.sort_values(key)[["p100", "p80", "p50"]].reset_index(drop=True),
     )
     # a surrogate trained once and searched twice gives what a fresh pipeline run gives
-    kw = {k: v for k, v in tiny.items() if k != "progress"}
-    solo = run_method(tasks[0], "cma_es", seed=3, **kw)
+    solo = run_method(tasks[0], "cma_es", tiny, seed=3)
     assert solo["p100"] == a[a.method == "cma_es"].p100.item()
 
 
@@ -58,7 +57,7 @@ def test_grid_rejects_bad_input(tasks) -> None:
     with pytest.raises(ValueError, match="seeds"):
         g.run_grid(tasks, ["grad_ascent"], [0, 0], progress=False)
     with pytest.raises(ValueError, match="diagnostics"):
-        g.run_grid(tasks, ["grad_ascent"], [0], diagnostics=["curvature"], progress=False)
+        g.Diagnostics(which=("curvature",))
     with pytest.raises(ValueError, match="method"):
         g.MethodSpec(label="x", method="adam")
     with pytest.raises(ValueError, match="tasks"):
@@ -203,7 +202,7 @@ def test_surrogate_diagnostics_measure_the_named_quantities(tasks) -> None:
 
 def test_grid_rejects_unknown_regulariser_settings(tasks) -> None:
     with pytest.raises(ValueError, match="regularizer_kwargs"):
-        g.run_grid(tasks, ["grad_ascent+boss"], [0], regularizer_kwargs={"bos": {"weight": 1.0}}, progress=False)
+        method_settings(regularizer_kwargs={"bos": {"weight": 1.0}})
 
 
 SETTINGS = dict(
@@ -220,6 +219,8 @@ SETTINGS = dict(
     grad_lr=0.01,
     cma_starts=4,
     cma_generations=4,
+    ensemble_size=2,
+    workers=1,
 )
 
 
@@ -231,7 +232,7 @@ def test_grid_settings_are_frozen_tuples_named_as_the_schema(tasks) -> None:
         s.dim = 4  # type: ignore[misc]
     with pytest.raises(TypeError):
         g.GridSettings(tasks="ackley", dim=3)  # keyword-only: no positional records
-    assert s.surrogate_config() == {"hidden": [16], "epochs": 4, "device": "cpu"}
+    assert s.surrogate_config() == {"hidden": [16], "epochs": 4, "ensemble": 2, "device": "cpu"}
     assert s.search_config() == {"grad_steps": 8, "grad_lr": 0.01, "cma_starts": 4, "cma_generations": 4}
     built = s.build_tasks()
     assert [t.name for t in built] == [t.name for t in tasks]
@@ -280,3 +281,26 @@ def test_the_max_of_null_gains_looks_like_a_boost_but_the_paired_mean_does_not(r
     assert max(g.regulariser_claims(rows, "ignite")["max_rel_gain_pct"]) > 5.0  # "a boost" from noise alone
     m = g.paired_mean_gain(rows, "ignite")
     assert m.low < 0.0 < m.high and not m.excludes_zero
+
+
+def test_chapter_grid_is_the_same_on_one_or_two_workers(tiny) -> None:
+    """The (task, seed) cells seed themselves: spreading them over processes changes no row, score or candidate."""
+    params = g.GridSettings(**{**SETTINGS, "seeds": [0, 1]})
+    methods = ["grad_ascent", "grad_ascent_mean_ens+ignite2"]
+    one = g.run_chapter_grid(params, methods, tiny)
+    two = g.run_chapter_grid(dataclasses.replace(params, workers=2), methods, tiny)
+    pd.testing.assert_frame_equal(one.rows.drop(columns="seconds"), two.rows.drop(columns="seconds"))
+    assert list(one.scores) == list(two.scores)
+    assert all(np.array_equal(one.candidates_z[k], two.candidates_z[k]) for k in one.candidates_z)
+    serial = g.run_grid(params.build_tasks(), methods, params.seeds, tiny, progress=False)
+    pd.testing.assert_frame_equal(one.rows.drop(columns="seconds"), serial.rows.drop(columns="seconds"))
+
+
+def test_grid_settings_checks_name_the_parameters() -> None:
+    from repro.params import ParameterError
+
+    with pytest.raises(ParameterError, match="'tasks'"):
+        g.GridSettings(**{**SETTINGS, "tasks": ["ackley", "ackley"]}).checks()
+    with pytest.raises(ParameterError, match="'n_candidates'"):
+        g.GridSettings(**{**SETTINGS, "n_candidates": 151}).checks()
+    g.GridSettings(**{**SETTINGS, "n_candidates": 150}).checks()

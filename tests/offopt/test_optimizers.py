@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from repro.models import torch_threads
-from repro.offopt.optimizers import as_numpy_fn, cma_es, genetic_algorithm, gradient_ascent
-from repro.offopt.surrogate import train_surrogate
+from repro.offopt.optimizers import Box, GAOperators, as_numpy_fn, cma_es, genetic_algorithm, gradient_ascent
+from repro.offopt.surrogate import TrainSettings, train_surrogate
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -41,7 +41,8 @@ def mlp_surrogate() -> nn.Module:
     rng = np.random.default_rng(1)
     x = rng.uniform(-2, 2, size=(400, 4))
     y = -((x - CENTRE) ** 2).sum(1)
-    return train_surrogate(x, (y - y.mean()) / y.std(), hidden=(32, 32), epochs=40, batch_size=64, lr=3e-3, seed=0).model
+    return train_surrogate(x, (y - y.mean()) / y.std(), TrainSettings(hidden=(32, 32), epochs=40, batch_size=64, lr=3e-3),
+                           seed=0).model
 
 
 def test_gradient_ascent_improves_every_start_and_respects_the_box() -> None:
@@ -52,7 +53,7 @@ def test_gradient_ascent_improves_every_start_and_respects_the_box() -> None:
     assert np.all(fn(out) > fn(STARTS))
     sgd = gradient_ascent(f, STARTS, steps=100, lr=0.1, optimizer="sgd")  # contracts by 0.8 a step
     np.testing.assert_allclose(sgd, np.tile(CENTRE, (12, 1)), atol=1e-5)
-    boxed = gradient_ascent(f, STARTS, steps=50, lr=0.1, lower=-0.1, upper=0.1)
+    boxed = gradient_ascent(f, STARTS, steps=50, lr=0.1, box=Box(lower=-0.1, upper=0.1))
     assert boxed.min() >= -0.1 - 1e-7 and boxed.max() <= 0.1 + 1e-7
     np.testing.assert_allclose(gradient_ascent(f, STARTS, steps=0), STARTS, atol=1e-6)  # float32 round trip
 
@@ -61,7 +62,7 @@ def test_gradient_ascent_improves_every_start_and_respects_the_box() -> None:
 def test_cma_es_improves_the_surrogate_over_the_starts(use_mlp: bool, mlp_surrogate: nn.Module) -> None:
     fn = as_numpy_fn(mlp_surrogate if use_mlp else _Bowl(CENTRE))
     starts = STARTS[:6]
-    out = cma_es(fn, starts, sigma0=0.5, popsize=8, generations=15, seed=0, lower=-2.0, upper=2.0)
+    out = cma_es(fn, starts, sigma0=0.5, popsize=8, generations=15, seed=0, box=Box(lower=-2.0, upper=2.0))
     assert out.shape == (6, 4)
     # each run keeps its best design, start included, so no run gets worse...
     assert np.all(fn(out) >= fn(np.clip(starts, -2, 2)) - 1e-9)
@@ -86,7 +87,7 @@ def test_cma_es_n_best_and_determinism() -> None:
 def test_genetic_algorithm_improves_the_surrogate_over_the_start(use_mlp: bool, mlp_surrogate: nn.Module) -> None:
     fn = as_numpy_fn(mlp_surrogate if use_mlp else _Bowl(CENTRE))
     pop0 = np.random.default_rng(2).uniform(-2, 2, size=(32, 4))
-    out = genetic_algorithm(fn, pop0, generations=20, seed=0, lower=-2.0, upper=2.0)
+    out = genetic_algorithm(fn, pop0, generations=20, seed=0, box=Box(lower=-2.0, upper=2.0))
     vals = fn(out)
     assert out.shape == pop0.shape
     assert np.all(np.diff(vals) <= 0)  # sorted, best first
@@ -102,7 +103,7 @@ def test_ga_is_deterministic_and_validates_probabilities() -> None:
     assert np.array_equal(a, genetic_algorithm(fn, pop0, generations=5, seed=3))
     assert not np.array_equal(a, genetic_algorithm(fn, pop0, generations=5, seed=4))
     with pytest.raises(ValueError, match="cx_prob"):
-        genetic_algorithm(fn, pop0, cx_prob=0.8, mut_prob=0.5)
+        genetic_algorithm(fn, pop0, operators=GAOperators(cx_prob=0.8, mut_prob=0.5))
     with pytest.raises(ValueError, match="init_pop"):
         genetic_algorithm(fn, pop0[:1])
 

@@ -19,7 +19,7 @@ from repro.offopt.regularizers import (
     sam_sharpness,
     sensitivity_loss,
 )
-from repro.offopt.surrogate import MLPSurrogate, predict, seeded, train_ensemble, train_surrogate
+from repro.offopt.surrogate import MLPSurrogate, TrainResult, TrainSettings, predict, seeded, train_ensemble, train_surrogate
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -45,17 +45,22 @@ def _bitwise_equal(a: nn.Module, b: nn.Module) -> bool:
 KW = dict(hidden=(16, 16), epochs=3, batch_size=32, seed=5)
 
 
+def _fit(x: np.ndarray, y: np.ndarray, *, seed: int = 0, regularizer=None, **settings) -> TrainResult:
+    """train_surrogate with its settings given as keywords."""
+    return train_surrogate(x, y, TrainSettings(**settings), seed=seed, regularizer=regularizer)
+
+
 # -- trainer -------------------------------------------------------------------
 
 
 def test_training_is_deterministic_and_learns() -> None:
     x, y = _data()
-    a = train_surrogate(x, y, **KW)
-    b = train_surrogate(x, y, **KW)
-    c = train_surrogate(x, y, **{**KW, "seed": 6})
+    a = _fit(x, y, **KW)
+    b = _fit(x, y, **KW)
+    c = _fit(x, y, **{**KW, "seed": 6})
     assert _bitwise_equal(a.model, b.model)
     assert not _bitwise_equal(a.model, c.model)
-    long = train_surrogate(x, y, hidden=(16, 16), epochs=30, batch_size=32, lr=1e-2, seed=0)
+    long = _fit(x, y, hidden=(16, 16), epochs=30, batch_size=32, lr=1e-2, seed=0)
     assert long.history[-1]["loss"] < 0.5 * long.history[0]["loss"]
 
 
@@ -63,16 +68,16 @@ def test_training_leaves_the_global_torch_rng_alone() -> None:
     x, y = _data(64)
     torch.manual_seed(123)
     before = torch.get_rng_state()
-    train_surrogate(x, y, **KW)
+    _fit(x, y, **KW)
     assert torch.equal(before, torch.get_rng_state())
 
 
 def test_gaussian_nll_surrogate_and_ensemble() -> None:
     x, y = _data(64)
-    res = train_surrogate(x, y, loss="nll", **KW)
+    res = _fit(x, y, loss="nll", **KW)
     assert isinstance(res.model, MLPSurrogate) and res.model.gaussian
     assert predict(res.model, x).shape == (64,)
-    ens = train_ensemble(x, y, 3, hidden=(8,), epochs=2, seed=1)
+    ens = train_ensemble(x, y, 3, TrainSettings(hidden=(8,), epochs=2), seed=1)
     preds = np.stack([predict(m, x) for m in ens.members])
     np.testing.assert_allclose(predict(ens, x), preds.mean(0), rtol=1e-5, atol=1e-6)
 
@@ -80,11 +85,11 @@ def test_gaussian_nll_surrogate_and_ensemble() -> None:
 def test_trainer_argument_errors_name_the_argument() -> None:
     x, y = _data(20)
     with pytest.raises(ValueError, match="epochs"):
-        train_surrogate(x, y, epochs=0)
+        _fit(x, y, epochs=0)
     with pytest.raises(ValueError, match="loss"):
-        train_surrogate(x, y, loss="huber")
+        _fit(x, y, loss="huber")
     with pytest.raises(ValueError, match="y"):
-        train_surrogate(x, y[:-1])
+        _fit(x, y[:-1])
 
 
 # -- BOSS ----------------------------------------------------------------------
@@ -92,12 +97,12 @@ def test_trainer_argument_errors_name_the_argument() -> None:
 
 def test_boss_with_lambda_zero_is_bitwise_identical_to_vanilla() -> None:
     x, y = _data()
-    vanilla = train_surrogate(x, y, **KW)
+    vanilla = _fit(x, y, **KW)
     reg = SensitivityRegularizer(weight=0.0, n_gamma=10, seed=9)
-    boss0 = train_surrogate(x, y, regularizer=reg, **KW)
+    boss0 = _fit(x, y, regularizer=reg, **KW)
     assert _bitwise_equal(vanilla.model, boss0.model)
     assert len(reg.history) == 3 * 5  # the hook really ran on every batch (and updated omega)
-    boss1 = train_surrogate(x, y, regularizer=SensitivityRegularizer(weight=10.0, alpha=1e-3, n_gamma=10, seed=9), **KW)
+    boss1 = _fit(x, y, regularizer=SensitivityRegularizer(weight=10.0, alpha=1e-3, n_gamma=10, seed=9), **KW)
     assert not _bitwise_equal(vanilla.model, boss1.model)
 
 
@@ -129,7 +134,7 @@ def test_first_order_delta_matches_a_true_perturbation() -> None:
 def test_omega_stays_in_its_box() -> None:
     x, y = _data(96)
     reg = SensitivityRegularizer(weight=1e-3, omega_lr=50.0, mu_bound=1e-3, sigma_bounds=(1e-5, 1e-2), n_gamma=20)
-    train_surrogate(x, y, regularizer=reg, **KW)
+    _fit(x, y, regularizer=reg, **KW)
     mus = np.array([h["mu"] for h in reg.history])
     sigmas = np.array([h["sigma"] for h in reg.history])
     assert np.all(np.abs(mus) <= 1e-3) and np.all((sigmas >= 1e-5) & (sigmas <= 1e-2))
@@ -222,25 +227,27 @@ def test_dual_update_raises_lambda_iff_constraint_is_violated() -> None:
 
 def test_ignite_with_lambda_zero_equals_vanilla_and_is_active_otherwise() -> None:
     x, y = _data()
-    vanilla = train_surrogate(x, y, **KW)
+    vanilla = _fit(x, y, **KW)
     reg = SharpnessRegularizer(lam=0.0, dual_lr=0.0)
-    assert _bitwise_equal(vanilla.model, train_surrogate(x, y, regularizer=reg, **KW).model)
+    assert _bitwise_equal(vanilla.model, _fit(x, y, regularizer=reg, **KW).model)
     assert len(reg.history) == 15 and all(h["grad_norm"] > 0 for h in reg.history)
     strong = SharpnessRegularizer(rho=1.0, lam=10.0, dual_lr=0.0)
-    assert not _bitwise_equal(vanilla.model, train_surrogate(x, y, regularizer=strong, **KW).model)
+    assert not _bitwise_equal(vanilla.model, _fit(x, y, regularizer=strong, **KW).model)
 
 
 def test_sharpness_regularizer_lowers_measured_sharpness() -> None:
     x, y = _data(200)
     kw = dict(hidden=(32, 32), epochs=20, batch_size=50, lr=3e-3, seed=1)
     xt = torch.as_tensor(x, dtype=torch.float32)
-    plain = train_surrogate(x, y, **kw).model
-    reg = train_surrogate(x, y, regularizer=SharpnessRegularizer(rho=1.0, lam=1.0, dual_lr=0.0), **kw).model
+    plain = _fit(x, y, **kw).model
+    reg = _fit(x, y, regularizer=SharpnessRegularizer(rho=1.0, lam=1.0, dual_lr=0.0), **kw).model
     assert gradient_norm(reg, xt) < gradient_norm(plain, xt)
 
 
 def test_ignite2_preset() -> None:
     r = SharpnessRegularizer.ignite2()
-    assert (r.rho, r.lam, r.dual_lr) == (0.2, 0.01, 0.0)
+    # the authors' scripts/IGNITE2/ga.py (github.com/cuong-dm/IGNITE at c7026148): lambda 0.01, rho 0.2, r 0.2
+    assert (r.rho, r.lam, r.dual_lr, r.r) == (0.2, 0.01, 0.0, 0.2)
+    assert SharpnessRegularizer.ignite().r == 0.05
     with pytest.raises(ValueError, match="hvp"):
         SharpnessRegularizer(hvp="exact")

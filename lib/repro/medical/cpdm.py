@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from repro.bridge import BridgeSchedule, bridge_sample, train_bridge
+from repro.bridge import BridgeSampling, BridgeSchedule, BridgeTraining, bridge_sample, train_bridge
 from repro.medical.attenuation import KVP_140, attenuation_map
 from repro.medical.phantom import HU_MAX, HU_MIN
 from repro.medical.unet import UNet, UNetConfig, dice_loss, fit_unet
@@ -189,26 +189,14 @@ def train_translator(
         levels=unet.levels,
         n_timesteps=settings.schedule.n_timesteps,
     )
-    result = train_bridge(
-        UNet(config).to(device),
-        to_signed(ct01),
-        to_signed(pet01),
-        cond,
-        schedule=settings.schedule,
-        epochs=settings.epochs,
-        batch_size=settings.batch_size,
-        lr=settings.lr,
-        p_uncond=0.0,
-        loss="l1",
-        ema_decay=None,
-        seed=seed,
-    )
+    training = BridgeTraining(schedule=settings.schedule, epochs=settings.epochs, batch_size=settings.batch_size,
+                              lr=settings.lr, p_uncond=0.0, loss="l1", ema_decay=None, seed=seed)
+    result = train_bridge(UNet(config).to(device), to_signed(ct01), to_signed(pet01), cond, training)
     return result.model
 
 
 def translate(denoiser: UNet, ct01: np.ndarray, cond: torch.Tensor | None, settings: BridgeSettings, seed: int) -> np.ndarray:
     """Sample PET estimates ``(n, H, W)`` in ``[0, 1]`` from normalised CT by the reverse bridge (on the denoiser's device)."""
-    out = bridge_sample(
-        denoiser, to_signed(ct01), cond, schedule=settings.schedule, n_steps=settings.sample_steps, eta=settings.eta, seed=seed
-    )
+    sampling = BridgeSampling(schedule=settings.schedule, n_steps=settings.sample_steps, eta=settings.eta, seed=seed)
+    out = bridge_sample(denoiser, to_signed(ct01), cond, sampling)
     return to_unit(out)

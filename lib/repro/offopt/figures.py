@@ -12,8 +12,9 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
-from repro.offopt.grid import SURROGATE_OPTIMIZERS
+from repro.offopt.pipeline import SINGLE_OPTIMIZERS
 
 _PALETTE = ["tab:gray", "tab:blue", "tab:cyan", "tab:orange", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:pink"]
 
@@ -23,7 +24,7 @@ def method_colours(methods: Sequence[str]) -> dict[str, str]:
     return {m: _PALETTE[i % len(_PALETTE)] for i, m in enumerate(methods)}
 
 
-def scores_by_task(rows: pd.DataFrame, metric: str = "p100", title: str | None = None) -> plt.Figure:
+def scores_by_task(rows: pd.DataFrame, metric: str = "p100", title: str | None = None) -> Figure:
     """Normalised score per task and method: bars = mean over seeds, dots = seeds.
 
     A dashed line marks the best design in the offline data (the score to beat).
@@ -65,7 +66,7 @@ def scores_by_task(rows: pd.DataFrame, metric: str = "p100", title: str | None =
     return fig
 
 
-def diagnostic_pairs(rows: pd.DataFrame, regularizer: str, column: str, label: str) -> plt.Figure:
+def diagnostic_pairs(rows: pd.DataFrame, regularizer: str, column: str, label: str) -> Figure:
     """Vanilla against regularised surrogate, one point per (task, seed), for a logged diagnostic.
 
     Points below the diagonal mean the regulariser lowered the diagnostic.
@@ -83,7 +84,7 @@ def diagnostic_pairs(rows: pd.DataFrame, regularizer: str, column: str, label: s
     """
     base = column.rsplit("_", 1)[0]
     cols = [c for c in (f"{base}_offline", f"{base}_unseen") if c in rows.columns] or [column]
-    sur = rows[rows.regularizer.isin(["none", regularizer]) & rows.optimizer.isin(SURROGATE_OPTIMIZERS)]
+    sur = rows[rows.regularizer.isin(["none", regularizer]) & rows.optimizer.isin(SINGLE_OPTIMIZERS)]
     per = sur.groupby(["task", "seed", "regularizer"], sort=True)[cols].first().unstack("regularizer")
     tasks = list(dict.fromkeys(rows.task))
     markers = ["o", "s", "^", "D", "v", "P"]
@@ -108,7 +109,7 @@ def diagnostic_pairs(rows: pd.DataFrame, regularizer: str, column: str, label: s
     return fig
 
 
-def paired_gain_bars(gains: pd.DataFrame, regularizer: str) -> plt.Figure:
+def paired_gain_bars(gains: pd.DataFrame, regularizer: str) -> Figure:
     """Gain of the regularised optimiser over its vanilla base, per task and base (mean, seeds as dots), in points.
 
     Parameters

@@ -220,30 +220,16 @@ class RFFPosteriorSample:
         return value, grad
 
 
-def gp_ensemble(
-    x: np.ndarray,
-    y: np.ndarray,
-    *,
-    n_functions: int = 8,
-    lengthscale: float = 1.0,
-    outputscale: float = 1.0,
-    delta_lengthscale: float = 0.25,
-    delta_outputscale: float = 0.25,
-    noise: float = 0.01,
-    kind: str = "posterior_mean",
-    n_features: int = 512,
-    seed: int = 0,
-) -> list[SyntheticGP]:
-    """Build ``n_functions`` GPs on ``(x, y)`` with sampled hyper-parameters.
+@dataclass(frozen=True, kw_only=True)
+class GPPrior:
+    """How ROOT's synthetic functions are drawn.
 
     Member ``i`` has ``l = lengthscale + delta_lengthscale * U(-1, 1)`` and
     ``s = outputscale + delta_outputscale * U(-1, 1)`` (ROOT's defaults:
     1.0, 1.0, 0.25, 0.25, noise 0.01).
 
-    Parameters
+    Attributes
     ----------
-    x, y
-        Offline data (normally z-scored).
     n_functions
         Ensemble size.
     lengthscale, outputscale
@@ -256,6 +242,27 @@ def gp_ensemble(
         ``"posterior_mean"`` or ``"rff_sample"``.
     n_features
         Features per RFF sample.
+    """
+
+    n_functions: int = 8
+    lengthscale: float = 1.0
+    outputscale: float = 1.0
+    delta_lengthscale: float = 0.25
+    delta_outputscale: float = 0.25
+    noise: float = 0.01
+    kind: str = "posterior_mean"
+    n_features: int = 512
+
+
+def gp_ensemble(x: np.ndarray, y: np.ndarray, prior: GPPrior | None = None, *, seed: int = 0) -> list[SyntheticGP]:
+    """Build ``prior.n_functions`` GPs on ``(x, y)`` with sampled hyper-parameters.
+
+    Parameters
+    ----------
+    x, y
+        Offline data (normally z-scored).
+    prior
+        How the members are drawn (default :class:`GPPrior`).
     seed
         Seed of the hyper-parameter draws (and RFF samples).
 
@@ -264,6 +271,9 @@ def gp_ensemble(
     list
         The synthetic functions; each has ``lengthscale`` and ``outputscale`` attributes.
     """
+    p = prior or GPPrior()
+    n_functions, kind, lengthscale, outputscale = p.n_functions, p.kind, p.lengthscale, p.outputscale
+    delta_lengthscale, delta_outputscale, noise, n_features = p.delta_lengthscale, p.delta_outputscale, p.noise, p.n_features
     n_functions = check_positive_int("n_functions", n_functions)
     check_choice("kind", kind, GP_KINDS)
     dl = check_nonneg("delta_lengthscale", delta_lengthscale)
@@ -385,19 +395,32 @@ def sample_design_pairs(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class PairClimb:
+    """How ROOT climbs each synthetic function to make its pairs.
+
+    Attributes
+    ----------
+    n_seeds
+        Seeds per function: the ``n_seeds`` highest-scoring offline designs
+        (ROOT's ``type_of_initial_points: highest``).
+    steps, lr, threshold
+        See :func:`sample_design_pairs`.
+    max_points
+        If set and smaller than the offline set, the GPs are fitted to a seeded
+        random subset of this size (ROOT does this for its largest task; here it
+        bounds CPU cost).  The seeds are always the best offline designs.
+    """
+
+    n_seeds: int = 512
+    steps: int = 100
+    lr: float = 1e-3
+    threshold: float = 1e-3
+    max_points: int | None = None
+
+
 def build_root_pairs(
-    x: np.ndarray,
-    y: np.ndarray,
-    *,
-    n_functions: int = 8,
-    n_seeds: int = 512,
-    steps: int = 100,
-    lr: float = 1e-3,
-    threshold: float = 1e-3,
-    kind: str = "posterior_mean",
-    max_points: int | None = None,
-    seed: int = 0,
-    **gp_kwargs: float,
+    x: np.ndarray, y: np.ndarray, prior: GPPrior | None = None, climb: PairClimb | None = None, *, seed: int = 0
 ) -> DesignPairs:
     """ROOT's training pairs: an ensemble of GPs, each climbed both ways from the best designs.
 
@@ -405,29 +428,20 @@ def build_root_pairs(
     ----------
     x, y
         Offline data (z-scored).
-    n_functions
-        Ensemble size.
-    n_seeds
-        Seeds per function: the ``n_seeds`` highest-scoring offline designs
-        (ROOT's ``type_of_initial_points: highest``).
-    steps, lr, threshold
-        See :func:`sample_design_pairs`.
-    kind
-        See :func:`gp_ensemble`.
-    max_points
-        If set and smaller than the offline set, the GPs are fitted to a seeded
-        random subset of this size (ROOT does this for its largest task; here it
-        bounds CPU cost).  The seeds are always the best offline designs.
+    prior
+        The GP ensemble (:func:`gp_ensemble`).
+    climb
+        Seeds, steps and the fitting subset (default :class:`PairClimb`).
     seed
         Seed of the ensemble (and of the subset).
-    **gp_kwargs
-        Passed to :func:`gp_ensemble` (``lengthscale``, ``noise``, ...).
 
     Returns
     -------
     DesignPairs
         All kept pairs, function by function.
     """
+    c = climb or PairClimb()
+    n_seeds, max_points = c.n_seeds, c.max_points
     x = as_2d("x", x)
     y = as_1d("y", y, n=x.shape[0])
     n_seeds = check_positive_int("n_seeds", n_seeds)
@@ -435,6 +449,7 @@ def build_root_pairs(
     if max_points is not None and check_positive_int("max_points", max_points) < x.shape[0]:
         sub = np.random.default_rng(derive_seed(seed, 42)).choice(x.shape[0], size=max_points, replace=False)
         x, y = x[np.sort(sub)], y[np.sort(sub)]
-    ens = gp_ensemble(x, y, n_functions=n_functions, kind=kind, seed=seed, **gp_kwargs)  # type: ignore[arg-type]
-    parts = [sample_design_pairs(f, seeds, steps=steps, lr=lr, threshold=threshold, function_index=i) for i, f in enumerate(ens)]
+    ens = gp_ensemble(x, y, prior, seed=seed)
+    parts = [sample_design_pairs(f, seeds, steps=c.steps, lr=c.lr, threshold=c.threshold, function_index=i)
+             for i, f in enumerate(ens)]
     return DesignPairs.concat(parts)

@@ -12,8 +12,13 @@ share, named as in their parameter schemas; each chapter's driver in
 Surrogate sharing: within one ``(task, seed)`` the surrogate of an optimiser
 depends only on the regulariser, so :func:`run_grid` trains it once and lets
 ``grad_ascent``, ``cma_es`` and ``genetic`` search the same model (as
-design-baselines does when it reuses a trained model).  The ``seconds`` column
+design-baselines does when it reuses a trained model); likewise the mean- and
+min-ensemble optimisers share one set of members.  The ``seconds`` column
 counts the training time for every method that uses the model.
+
+:func:`run_chapter_grid` spreads the ``(task, seed)`` cells over worker
+processes; every cell seeds itself, so the grid does not depend on the number
+of workers.
 """
 
 from __future__ import annotations
@@ -29,19 +34,27 @@ from scipy import stats
 from tqdm import tqdm
 
 from repro.models import torch_threads
-from repro.offopt.pipeline import REGULARIZERS, fit_surrogate, parse_method, propose
+from repro.offopt.pipeline import (
+    SINGLE_OPTIMIZERS,
+    SURROGATE_OPTIMIZERS,
+    MethodSettings,
+    fit_surrogate,
+    method_settings,
+    parse_method,
+    propose,
+    surrogate_kind,
+)
 from repro.offopt.regularizers import empirical_sensitivity, gradient_norm
 from repro.offopt.seeds import derive_seed
 from repro.offopt.tasks import TASK_NAMES, OfflineTask, make_task, mean_rank
+from repro.parallel import parallel_map
+from repro.params import ChapterParams, require
 from repro.validation import check_choice, check_open_interval, check_positive_int
 
 DIAGNOSTICS = ("sensitivity", "sharpness")
 """Surrogate diagnostics :func:`run_grid` can log (see :func:`surrogate_diagnostics`)."""
 
 METRICS = ("p100", "p80", "p50")
-
-SURROGATE_OPTIMIZERS = ("grad_ascent", "cma_es", "genetic")
-"""Optimisers that search a trained surrogate."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,11 +95,11 @@ def as_method_spec(method: str | MethodSpec) -> MethodSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class GridSettings:
-    """The settings every offline-optimisation chapter shares, named as in the chapters' schemas.
+class GridSettings(ChapterParams):
+    """The parameters every offline-optimisation chapter shares, named as in the chapters' schemas.
 
-    Lists are stored as tuples, so a record is hashable and cannot change
-    after it is built.
+    Each chapter's ``Params`` extends it with its own fields.  Lists are stored
+    as tuples, so a record is hashable and cannot change after it is built.
 
     Attributes
     ----------
@@ -107,6 +120,10 @@ class GridSettings:
         Gradient ascent's Adam steps and step size in z-space.
     cma_starts, cma_generations
         CMA-ES runs (from the best offline designs) and generations per run.
+    ensemble_size
+        Members of the ensembles the mean- and min-ensemble gradient ascents search.
+    workers
+        Processes the ``(task, seed)`` cells are spread over.
     device
         Where the surrogates train (``cpu``, ``cuda`` or ``auto``); searches and diagnostics use them on the CPU.
     """
@@ -124,11 +141,27 @@ class GridSettings:
     grad_lr: float
     cma_starts: int
     cma_generations: int
+    ensemble_size: int
+    workers: int
     device: str = "cpu"
 
     def __post_init__(self) -> None:
         for name in ("tasks", "seeds", "hidden"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def checks(self) -> None:
+        """Refuse repeated tasks or seeds and an offline set smaller than ``n_candidates``."""
+        require(len(set(self.tasks)) == len(self.tasks), self, "tasks", "tasks must not repeat")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must not repeat")
+        offline = int(self.n_pool * self.q / 100.0)
+        require(offline >= self.n_candidates, self, ("n_pool", "q", "n_candidates"),
+                f"the offline set (n_pool * q / 100 = {offline} designs) must hold at least n_candidates designs, "
+                "the starts of the searches")
+
+    def method_settings(self, **extra: Any) -> MethodSettings:
+        """The pipeline's settings for this chapter (``extra``: ``root``, ``regularizer_kwargs``)."""
+        return method_settings(n_candidates=self.n_candidates, surrogate=self.surrogate_config(),
+                               search=self.search_config(), **extra)
 
     def build_tasks(self) -> list[OfflineTask]:
         """The chapter's tasks (:func:`build_tasks` with the pool settings)."""
@@ -136,7 +169,8 @@ class GridSettings:
 
     def surrogate_config(self) -> dict[str, Any]:
         """Overrides of :class:`repro.offopt.pipeline.SurrogateConfig`."""
-        return {"hidden": list(self.hidden), "epochs": self.surrogate_epochs, "device": self.device}
+        return {"hidden": list(self.hidden), "epochs": self.surrogate_epochs, "ensemble": self.ensemble_size,
+                "device": self.device}
 
     def search_config(self) -> dict[str, Any]:
         """Overrides of :class:`repro.offopt.pipeline.SearchConfig`."""
@@ -148,7 +182,7 @@ class GridSettings:
         }
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class GridResult:
     """What :func:`run_grid` returns.
 
@@ -290,22 +324,33 @@ def surrogate_diagnostics(
     return out
 
 
-def _merge(base: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[str, Any]:
-    return {**dict(base or {}), **dict(extra)}
+@dataclass(frozen=True, kw_only=True)
+class Diagnostics:
+    """Which surrogate diagnostics :func:`run_grid` logs, and how.
+
+    Attributes
+    ----------
+    which
+        Subset of :data:`DIAGNOSTICS`, measured on every single surrogate (not on the ensembles).
+    sensitivity_kwargs
+        Overrides of :func:`~repro.offopt.regularizers.empirical_sensitivity` (``alpha``, ``sigma``, ``n_gamma``).
+    """
+
+    which: tuple[str, ...] = ()
+    sensitivity_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for d in self.which:
+            check_choice("diagnostics", d, DIAGNOSTICS)
 
 
 def run_grid(
     tasks: Sequence[OfflineTask],
     methods: Sequence[str | MethodSpec],
     seeds: Sequence[int],
+    settings: MethodSettings | None = None,
     *,
-    n_candidates: int = 128,
-    surrogate: Mapping[str, Any] | None = None,
-    search: Mapping[str, Any] | None = None,
-    root: Mapping[str, Any] | None = None,
-    regularizer_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-    diagnostics: Sequence[str] = (),
-    sensitivity_kwargs: Mapping[str, Any] | None = None,
+    diagnostics: Diagnostics | None = None,
     progress: bool = True,
 ) -> GridResult:
     """Run every method on every task for every seed and score the candidates.
@@ -320,17 +365,10 @@ def run_grid(
         Run seeds (distinct).  A run's seed seeds its surrogate, search and ROOT
         model, so a row is a pure function of ``(task, method, seed)`` and the
         settings.
-    n_candidates
-        ``K``.
-    surrogate, search, root
-        Overrides of the pipeline's config objects, shared by all methods.
-    regularizer_kwargs
-        Per regulariser name (``"boss"``, ``"ignite"``, ``"ignite2"``), overrides
-        of its defaults.
+    settings
+        The pipeline's settings, shared by all methods (a :class:`MethodSpec` overrides some for itself).
     diagnostics
-        Subset of :data:`DIAGNOSTICS` logged for every trained surrogate.
-    sensitivity_kwargs
-        Passed to :func:`surrogate_diagnostics`.
+        Surrogate diagnostics to log (default: none).
     progress
         Show a progress bar.
 
@@ -351,117 +389,126 @@ def run_grid(
     names = [t.name for t in tasks]
     if not names or len(set(names)) != len(names):
         raise ValueError(f"tasks must be a non-empty list with distinct names, got {names}")
-    for d in diagnostics:
-        check_choice("diagnostics", d, DIAGNOSTICS)
-    reg_kw = {k: dict(v) for k, v in (regularizer_kwargs or {}).items()}
-    for name in reg_kw:
-        check_choice("regularizer_kwargs", name, REGULARIZERS)
+    base = settings or MethodSettings()
+    diag = diagnostics or Diagnostics()
     rows: list[dict[str, Any]] = []
     scores: dict[tuple[str, str, int], np.ndarray] = {}
     cands: dict[tuple[str, str, int], np.ndarray] = {}
     bar = tqdm(total=len(tasks) * len(seeds) * len(specs), desc="runs", disable=not progress)
     for task in tasks:
         for seed in seeds:
-            models: dict[tuple[str | None, str], tuple[torch.nn.Module, float, dict[str, float]]] = {}
+            models: dict[tuple[str, str | None, str], tuple[torch.nn.Module, float, dict[str, float]]] = {}
             for spec in specs:
-                opt, reg = parse_method(spec.method)
-                rkw = _merge(reg_kw.get(reg or "", {}), spec.regularizer_kwargs)
-                t0 = time.perf_counter()
-                model = None
-                diag: dict[str, float] = {}
-                train_s = 0.0
-                if opt in SURROGATE_OPTIMIZERS:
-                    key = (reg, repr(sorted(rkw.items())))
-                    if key not in models:
-                        m, _ = fit_surrogate(task, seed=seed, regularizer=reg, config=surrogate, regularizer_kwargs=rkw)
-                        trained = time.perf_counter() - t0
-                        d = (
-                            surrogate_diagnostics(
-                                m, task, diagnostics, seed=derive_seed(seed, 90), sensitivity_kwargs=sensitivity_kwargs
-                            )
-                            if diagnostics
-                            else {}
-                        )
-                        models[key] = (m, trained, d)
-                    model, train_s, diag = models[key]
-                t1 = time.perf_counter()
-                prop = propose(
-                    task,
-                    spec.method,
-                    seed=seed,
-                    n_candidates=n_candidates,
-                    surrogate=surrogate,
-                    search=search,
-                    root=_merge(root, spec.root),
-                    regularizer_kwargs=rkw,
-                    model=model,
-                )
-                seconds = train_s + time.perf_counter() - t1
-                ev = task.evaluate(prop.candidates)
-                scores[(task.name, spec.label, seed)] = ev["scores"]
-                cands[(task.name, spec.label, seed)] = prop.candidates_z
-                row = {
-                    "task": task.name,
-                    "method": spec.label,
-                    "optimizer": opt,
-                    "regularizer": reg or "none",
-                    "seed": seed,
-                    "p100": ev["p100"],
-                    "p80": ev["p80"],
-                    "p50": ev["p50"],
-                    "best_offline": ev["best_offline"],
-                    "seconds": seconds,
-                }
-                for name in DIAGNOSTICS:
-                    if name in diagnostics:
-                        row[f"{name}_offline"] = diag.get(f"{name}_offline", np.nan)
-                        row[f"{name}_unseen"] = diag.get(f"{name}_unseen", np.nan)
+                row, sc, cz = _run_cell(task, spec, base, seed=seed, models=models, diagnostics=diag)
+                scores[(task.name, spec.label, seed)] = sc
+                cands[(task.name, spec.label, seed)] = cz
                 rows.append(row)
                 bar.update(1)
     bar.close()
-    return GridResult(
-        rows=pd.DataFrame(rows),
-        scores=scores,
-        candidates_z=cands,
-        tasks={t.name: t for t in tasks},
-        methods=labels,
-    )
+    return GridResult(rows=pd.DataFrame(rows), scores=scores, candidates_z=cands, tasks={t.name: t for t in tasks},
+                      methods=labels)
+
+
+def _run_cell(
+    task: OfflineTask,
+    spec: MethodSpec,
+    base: MethodSettings,
+    *,
+    seed: int,
+    models: dict[tuple[str, str | None, str], tuple[torch.nn.Module, float, dict[str, float]]],
+    diagnostics: Diagnostics,
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """One method on one task and seed: its row, candidate scores and candidates.
+
+    ``models`` caches the ``(task, seed)``'s trained surrogates by (kind, regulariser, its settings).
+    """
+    opt, reg = parse_method(spec.method)
+    cfg = base.with_overrides(spec.root, {reg: spec.regularizer_kwargs} if reg else {})
+    rkw = dict(cfg.regularizer_kwargs.get(reg or "", {}))
+    t0 = time.perf_counter()
+    model, train_s, diag = None, 0.0, {}
+    kind = surrogate_kind(opt)
+    if kind is not None:
+        key = (kind, reg, repr(sorted(rkw.items())))
+        if key not in models:
+            m, _ = fit_surrogate(task, seed=seed, regularizer=reg, config=cfg.surrogate, regularizer_kwargs=rkw, kind=kind)
+            trained = time.perf_counter() - t0
+            d = {}
+            if diagnostics.which and kind == "single":
+                d = surrogate_diagnostics(m, task, diagnostics.which, seed=derive_seed(seed, 90),
+                                          sensitivity_kwargs=diagnostics.sensitivity_kwargs)
+            models[key] = (m, trained, d)
+        model, train_s, diag = models[key]
+    t1 = time.perf_counter()
+    prop = propose(task, spec.method, cfg, seed=seed, model=model)
+    seconds = train_s + time.perf_counter() - t1
+    ev = task.evaluate(prop.candidates)
+    row = {"task": task.name, "method": spec.label, "optimizer": opt, "regularizer": reg or "none", "seed": seed,
+           "p100": ev["p100"], "p80": ev["p80"], "p50": ev["p50"], "best_offline": ev["best_offline"], "seconds": seconds}
+    for name in DIAGNOSTICS:
+        if name in diagnostics.which:
+            row[f"{name}_offline"] = diag.get(f"{name}_offline", np.nan)
+            row[f"{name}_unseen"] = diag.get(f"{name}_unseen", np.nan)
+    return row, ev["scores"], prop.candidates_z
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellJob:
+    """One ``(task, seed)`` cell of a chapter's grid, for a worker process (which builds its own task)."""
+
+    params: GridSettings
+    methods: tuple[str | MethodSpec, ...]
+    task: str
+    seed: int
+    settings: MethodSettings
+    diagnostics: Diagnostics
+
+
+def _run_cell_job(job: CellJob) -> GridResult:
+    """Build the job's task and run every method on it for the job's seed (one torch thread)."""
+    p = job.params
+    (task,) = build_tasks([job.task], p.dim, n=p.n_pool, q=p.q, n_ref=p.n_ref)
+    with torch_threads(1):
+        return run_grid([task], job.methods, [job.seed], job.settings, diagnostics=job.diagnostics, progress=False)
 
 
 def run_chapter_grid(
-    settings: GridSettings, methods: Sequence[str | MethodSpec], tasks: Sequence[OfflineTask] | None = None, **extra: Any
+    params: GridSettings,
+    methods: Sequence[str | MethodSpec],
+    settings: MethodSettings,
+    *,
+    diagnostics: Diagnostics | None = None,
+    tasks: Sequence[OfflineTask] | None = None,
 ) -> GridResult:
-    """Run a chapter's grid with its shared settings, in one torch thread.
+    """Run a chapter's grid, one ``(task, seed)`` cell per job, in ``params.workers`` processes.
 
     Parameters
     ----------
-    settings
-        The chapter's settings; they give the seeds, ``K``, the surrogate and
-        the search configs and (when ``tasks`` is ``None``) the tasks.
+    params
+        The chapter's parameters; they give the tasks, the seeds and the workers.
     methods
         The chapter's methods.
+    settings
+        The pipeline's settings (:meth:`GridSettings.method_settings`, with the chapter's own).
+    diagnostics
+        Surrogate diagnostics to log.
     tasks
-        The tasks, if already built (default: ``settings.build_tasks()``).
-    **extra
-        The chapter's own :func:`run_grid` keywords (``root``,
-        ``regularizer_kwargs``, ``diagnostics``, ``sensitivity_kwargs``).
+        The tasks, if already built (they are returned with the grid; the workers rebuild their own).
 
     Returns
     -------
     GridResult
-        What :func:`run_grid` returns.
+        The same rows, scores and candidates, in the same order, as :func:`run_grid` over all cells.
     """
-    tasks = settings.build_tasks() if tasks is None else tasks
-    with torch_threads(1):
-        return run_grid(
-            tasks,
-            methods,
-            settings.seeds,
-            n_candidates=settings.n_candidates,
-            surrogate=settings.surrogate_config(),
-            search=settings.search_config(),
-            **extra,
-        )
+    built = list(tasks) if tasks is not None else params.build_tasks()
+    jobs = [CellJob(params=params, methods=tuple(methods), task=name, seed=seed, settings=settings,
+                    diagnostics=diagnostics or Diagnostics())
+            for name in params.tasks for seed in params.seeds]
+    parts = parallel_map(_run_cell_job, jobs, workers=params.workers, desc="task x seed cells")
+    rows = pd.concat([p.rows for p in parts], ignore_index=True)
+    return GridResult(rows=rows, scores={k: v for p in parts for k, v in p.scores.items()},
+                      candidates_z={k: v for p in parts for k, v in p.candidates_z.items()},
+                      tasks={t.name: t for t in built}, methods=parts[0].methods)
 
 
 def _check_metric(metric: str) -> str:
@@ -664,12 +711,12 @@ def diagnostic_reduction(rows: pd.DataFrame, regularizer: str, column: str) -> l
     """Per seed, the percent reduction of a surrogate diagnostic by the regulariser.
 
     The diagnostic (e.g. ``"sharpness_unseen"``) is averaged over tasks for the
-    vanilla surrogate and for the regularised one (each surrogate counted once,
-    whichever optimisers searched it); the value is ``100 * (1 - reg / vanilla)``.
+    vanilla single surrogate and for the regularised one (each surrogate counted once,
+    whichever optimisers searched it; the ensembles are not measured); the value is ``100 * (1 - reg / vanilla)``.
     """
     if column not in rows.columns:
         raise ValueError(f"column {column!r} was not logged; run the grid with the matching diagnostics")
-    sur = rows[rows.optimizer.isin(SURROGATE_OPTIMIZERS)]
+    sur = rows[rows.optimizer.isin(SINGLE_OPTIMIZERS)]
     per = sur.groupby(["seed", "task", "regularizer"], sort=True)[column].first().unstack("regularizer")
     if "none" not in per or regularizer not in per:
         raise ValueError(f"need vanilla and +{regularizer} surrogates in the grid")

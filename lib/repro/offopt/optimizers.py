@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import random
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -37,11 +38,24 @@ from repro.validation import (
 ArrayFn = Callable[[np.ndarray], np.ndarray]
 
 
-def _bounds(
-    lower: np.ndarray | float | None, upper: np.ndarray | float | None, dim: int
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    lo = None if lower is None else np.broadcast_to(np.asarray(lower, dtype=np.float64), (dim,)).copy()
-    hi = None if upper is None else np.broadcast_to(np.asarray(upper, dtype=np.float64), (dim,)).copy()
+@dataclass(frozen=True, kw_only=True)
+class Box:
+    """The box the designs must stay in (in the optimiser's space); a missing side is unbounded.
+
+    Attributes
+    ----------
+    lower, upper
+        Bounds, scalars or arrays of shape ``(d,)``.
+    """
+
+    lower: np.ndarray | float | None = None
+    upper: np.ndarray | float | None = None
+
+
+def _bounds(box: Box | None, dim: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    box = box or Box()
+    lo = None if box.lower is None else np.broadcast_to(np.asarray(box.lower, dtype=np.float64), (dim,)).copy()
+    hi = None if box.upper is None else np.broadcast_to(np.asarray(box.upper, dtype=np.float64), (dim,)).copy()
     if lo is not None and hi is not None and np.any(hi <= lo):
         raise ValueError("upper must exceed lower in every coordinate")
     return lo, hi
@@ -50,7 +64,7 @@ def _bounds(
 def _clip(x: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None) -> np.ndarray:
     if lo is None and hi is None:
         return x
-    return np.clip(x, lo, hi)
+    return np.asarray(np.clip(x, lo, hi))
 
 
 def as_numpy_fn(model: nn.Module | Callable[[torch.Tensor], torch.Tensor], dtype: torch.dtype | None = None) -> ArrayFn:
@@ -88,8 +102,7 @@ def gradient_ascent(
     steps: int = 100,
     lr: float = 1e-2,
     optimizer: str = "adam",
-    lower: np.ndarray | float | None = None,
-    upper: np.ndarray | float | None = None,
+    box: Box | None = None,
 ) -> np.ndarray:
     """Maximise a differentiable surrogate from each row of ``x0``.
 
@@ -109,7 +122,7 @@ def gradient_ascent(
         Step size.
     optimizer
         ``"adam"`` or ``"sgd"``.
-    lower, upper
+    box
         Optional box.
 
     Returns
@@ -121,7 +134,7 @@ def gradient_ascent(
     steps = check_positive_int("steps", steps, minimum=0)
     lr = check_positive("lr", lr)
     check_choice("optimizer", optimizer, ("adam", "sgd"))
-    lo, hi = _bounds(lower, upper, x0.shape[1])
+    lo, hi = _bounds(box, x0.shape[1])
     try:
         dtype = next(model.parameters()).dtype  # type: ignore[union-attr]
     except (AttributeError, StopIteration):
@@ -160,8 +173,7 @@ def cma_es(
     generations: int = 30,
     n_best: int = 1,
     seed: int = 0,
-    lower: np.ndarray | float | None = None,
-    upper: np.ndarray | float | None = None,
+    box: Box | None = None,
 ) -> np.ndarray:
     """Maximise ``fn`` with one CMA-ES run per start; return each run's best designs.
 
@@ -188,7 +200,7 @@ def cma_es(
         Designs returned per run (<= ``popsize * generations``).
     seed
         Seed (each run's ``cma`` seed is derived from it).
-    lower, upper
+    box
         Optional box, passed to ``cma``'s ``bounds`` option.
 
     Returns
@@ -206,8 +218,8 @@ def cma_es(
     if n_best > popsize * generations:
         raise ValueError(f"n_best must be <= popsize * generations = {popsize * generations}, got {n_best}")
     k, d = starts.shape
-    lo, hi = _bounds(lower, upper, d)
-    opts_base = {"popsize": popsize, "maxiter": generations, "verbose": -9, "verb_log": 0, "verb_disp": 0}
+    lo, hi = _bounds(box, d)
+    opts_base: dict[str, Any] = {"popsize": popsize, "maxiter": generations, "verbose": -9, "verb_log": 0, "verb_disp": 0}
     if lo is not None or hi is not None:
         opts_base["bounds"] = [None if lo is None else lo.tolist(), None if hi is None else hi.tolist()]
     x_start = _clip(starts.copy(), lo, hi)
@@ -251,24 +263,44 @@ def _deap_types() -> tuple[type, type]:
     return getattr(creator, _FITNESS), getattr(creator, _INDIVIDUAL)
 
 
+@dataclass(frozen=True, kw_only=True)
+class GAOperators:
+    """The genetic algorithm's operator settings.
+
+    Attributes
+    ----------
+    cx_prob, mut_prob
+        Crossover and mutation probabilities (sum <= 1, as ``deap`` requires).
+    blend_alpha
+        ``alpha`` of the blend crossover.
+    mut_sigma
+        Standard deviation of the Gaussian mutation.
+    indpb
+        Per-gene mutation probability (default ``1/d``).
+    tournament
+        Tournament size.
+    """
+
+    cx_prob: float = 0.5
+    mut_prob: float = 0.3
+    blend_alpha: float = 0.3
+    mut_sigma: float = 0.1
+    indpb: float | None = None
+    tournament: int = 3
+
+
 def genetic_algorithm(
     fn: ArrayFn,
     init_pop: np.ndarray,
     *,
     generations: int = 30,
-    cx_prob: float = 0.5,
-    mut_prob: float = 0.3,
-    blend_alpha: float = 0.3,
-    mut_sigma: float = 0.1,
-    indpb: float | None = None,
-    tournament: int = 3,
+    operators: GAOperators | None = None,
     seed: int = 0,
-    lower: np.ndarray | float | None = None,
-    upper: np.ndarray | float | None = None,
+    box: Box | None = None,
 ) -> np.ndarray:
     """Maximise ``fn`` with a (mu + lambda) GA from ``deap``; return the final population, best first.
 
-    Operators: ``deap.tools.cxBlend`` (``blend_alpha``), ``deap.tools.mutGaussian``
+    Operators (:class:`GAOperators`): ``deap.tools.cxBlend`` (``blend_alpha``), ``deap.tools.mutGaussian``
     (``mut_sigma``, per-gene probability ``indpb``, default ``1/d``),
     ``deap.tools.selTournament``; generations by
     ``deap.algorithms.eaMuPlusLambda`` with ``mu = lambda = len(init_pop)``
@@ -283,15 +315,11 @@ def genetic_algorithm(
         Initial population, shape ``(mu, d)``; the result has ``mu`` rows.
     generations
         Number of generations.
-    cx_prob, mut_prob
-        Crossover and mutation probabilities (sum <= 1, as ``deap`` requires).
-    blend_alpha, mut_sigma, indpb
-        Operator settings.
-    tournament
-        Tournament size.
+    operators
+        Operator settings (default :class:`GAOperators`).
     seed
         Seed of Python's ``random`` during the run.
-    lower, upper
+    box
         Optional box.
 
     Returns
@@ -306,17 +334,18 @@ def genetic_algorithm(
     if mu < 2:
         raise ValueError(f"init_pop must hold at least 2 designs, got {mu}")
     generations = check_positive_int("generations", generations)
-    cx_prob = check_nonneg("cx_prob", cx_prob)
-    mut_prob = check_nonneg("mut_prob", mut_prob)
+    ops = operators or GAOperators()
+    cx_prob = check_nonneg("cx_prob", ops.cx_prob)
+    mut_prob = check_nonneg("mut_prob", ops.mut_prob)
     if cx_prob + mut_prob > 1.0:
         raise ValueError(f"cx_prob + mut_prob must be <= 1, got cx_prob={cx_prob}, mut_prob={mut_prob}")
-    indpb = 1.0 / d if indpb is None else check_open_interval("indpb", indpb, 0.0, 1.0 + 1e-12)
-    tournament = check_positive_int("tournament", tournament)
-    lo, hi = _bounds(lower, upper, d)
+    indpb = 1.0 / d if ops.indpb is None else check_open_interval("indpb", ops.indpb, 0.0, 1.0 + 1e-12)
+    tournament = check_positive_int("tournament", ops.tournament)
+    lo, hi = _bounds(box, d)
     _, individual = _deap_types()
 
-    def clipped(op: Callable[..., tuple]) -> Callable[..., tuple]:
-        def wrapper(*args: object, **kw: object) -> tuple:
+    def clipped(op: Callable[..., tuple[Any, ...]]) -> Callable[..., tuple[Any, ...]]:
+        def wrapper(*args: object, **kw: object) -> tuple[Any, ...]:
             children = op(*args, **kw)
             for child in children:
                 child[:] = _clip(np.asarray(child, dtype=np.float64), lo, hi).tolist()
@@ -324,7 +353,7 @@ def genetic_algorithm(
 
         return wrapper
 
-    def batch_map(_func: Callable, inds: list) -> list[tuple[float]]:
+    def batch_map(_func: Callable[..., Any], inds: list[Any]) -> list[tuple[float]]:
         inds = list(inds)
         if not inds:
             return []
@@ -334,8 +363,8 @@ def genetic_algorithm(
     tb = base.Toolbox()
     tb.register("evaluate", lambda ind: (0.0,))  # not called: batch_map scores whole generations
     tb.register("map", batch_map)
-    tb.register("mate", clipped(tools.cxBlend), alpha=float(blend_alpha))
-    tb.register("mutate", clipped(tools.mutGaussian), mu=0.0, sigma=float(mut_sigma), indpb=indpb)
+    tb.register("mate", clipped(tools.cxBlend), alpha=float(ops.blend_alpha))
+    tb.register("mutate", clipped(tools.mutGaussian), mu=0.0, sigma=float(ops.mut_sigma), indpb=indpb)
     tb.register("select", tools.selTournament, tournsize=tournament)
     pop = [individual(_clip(row, lo, hi).tolist()) for row in init_pop]
     with _preserve_global_rngs():

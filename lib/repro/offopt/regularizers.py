@@ -24,7 +24,8 @@ Notation (after the chapter specs): ``beta`` are the surrogate's parameters and
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -198,6 +199,7 @@ def empirical_sensitivity(
     return float(np.mean(hits))
 
 
+@dataclass(kw_only=True)
 class SensitivityRegularizer:
     """BOSS's sensitivity penalty ``weight * L_sens`` with a worst-case perturbation law.
 
@@ -241,47 +243,43 @@ class SensitivityRegularizer:
     ``alpha G`` is guarded by ``eps``.  ``Phi`` sees raw ``gamma`` as in the code.
     """
 
-    def __init__(
-        self,
-        weight: float = 1e-3,
-        *,
-        alpha: float = 0.1,
-        n_gamma: int = 100,
-        mu: float = 0.0,
-        sigma: float = 1e-3,
-        update_omega: bool = True,
-        omega_lr: float = 1e-2,
-        mu_bound: float = 1e-3,
-        sigma_bounds: tuple[float, float] = (1e-5, 1e-2),
-        phi_hidden: int = 16,
-        phi_lr: float = 1e-3,
-        phi_steps: int = 5,
-        variant: str = "sum",
-        seed: int = 0,
-    ) -> None:
-        self.weight = check_nonneg("weight", weight)
-        self.alpha = check_nonneg("alpha", alpha)
-        self.n_gamma = check_positive_int("n_gamma", n_gamma)
-        self.mu = float(mu)
-        self.sigma = check_nonneg("sigma", sigma)
-        self.update_omega = bool(update_omega)
-        self.omega_lr = check_nonneg("omega_lr", omega_lr)
-        self.mu_bound = check_nonneg("mu_bound", mu_bound)
-        lo, hi = (check_nonneg("sigma_bounds", s) for s in sigma_bounds)
+    weight: float = 1e-3
+    alpha: float = 0.1
+    n_gamma: int = 100
+    mu: float = 0.0
+    sigma: float = 1e-3
+    update_omega: bool = True
+    omega_lr: float = 1e-2
+    mu_bound: float = 1e-3
+    sigma_bounds: tuple[float, float] = (1e-5, 1e-2)
+    phi_hidden: int = 16
+    phi_lr: float = 1e-3
+    phi_steps: int = 5
+    variant: str = "sum"
+    seed: int = 0
+    history: list[dict[str, float]] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.weight = check_nonneg("weight", self.weight)
+        self.alpha = check_nonneg("alpha", self.alpha)
+        self.n_gamma = check_positive_int("n_gamma", self.n_gamma)
+        self.mu = float(self.mu)
+        self.sigma = check_nonneg("sigma", self.sigma)
+        self.update_omega = bool(self.update_omega)
+        self.omega_lr = check_nonneg("omega_lr", self.omega_lr)
+        self.mu_bound = check_nonneg("mu_bound", self.mu_bound)
+        lo, hi = (check_nonneg("sigma_bounds", s) for s in self.sigma_bounds)
         if hi < lo:
-            raise ValueError(f"sigma_bounds must be (low, high) with low <= high, got {sigma_bounds}")
+            raise ValueError(f"sigma_bounds must be (low, high) with low <= high, got {self.sigma_bounds}")
         self.sigma_bounds = (lo, hi)
-        self.phi_steps = check_positive_int("phi_steps", phi_steps, minimum=0)
-        self.variant = check_choice("variant", variant, ("sum", "norm"))
-        self._gen = torch.Generator().manual_seed(int(seed))
+        self.phi_steps = check_positive_int("phi_steps", self.phi_steps, minimum=0)
+        self.variant = check_choice("variant", self.variant, ("sum", "norm"))
+        self._gen = torch.Generator().manual_seed(int(self.seed))
+        width = check_positive_int("phi_hidden", self.phi_hidden)
         self.phi = seeded(
-            lambda: nn.Sequential(
-                nn.Linear(1, check_positive_int("phi_hidden", phi_hidden)), nn.Tanh(), nn.Linear(phi_hidden, 1), nn.Sigmoid()
-            ),
-            int(seed) + 1,
+            lambda: nn.Sequential(nn.Linear(1, width), nn.Tanh(), nn.Linear(width, 1), nn.Sigmoid()), int(self.seed) + 1
         )
-        self._phi_opt = torch.optim.Adam(self.phi.parameters(), lr=check_positive("phi_lr", phi_lr))
-        self.history: list[dict[str, float]] = []
+        self._phi_opt = torch.optim.Adam(self.phi.parameters(), lr=check_positive("phi_lr", self.phi_lr))
 
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Return ``weight * L_sens`` for the batch (and update ``omega``)."""
@@ -479,6 +477,7 @@ def grad_norm_gradient(
     return float(norm), [(g2.detach() - g) / r for g2, g in zip(gs2, gs)]
 
 
+@dataclass(kw_only=True)
 class SharpnessRegularizer:
     """IGNITE's sharpness penalty ``lambda * rho * ||grad_beta T||`` with dual ascent on ``lambda``.
 
@@ -513,29 +512,26 @@ class SharpnessRegularizer:
         What is penalised; see :func:`gradient_norm`.
     """
 
-    def __init__(
-        self,
-        rho: float = 0.05,
-        lam: float = 1e-3,
-        *,
-        eps: float = 0.1,
-        dual_lr: float = 1e-3,
-        r: float = 0.05,
-        hvp: str = "finite_difference",
-        project: bool = True,
-        target: str = "output",
-        loss: str = "mse",
-    ) -> None:
-        self.rho = check_nonneg("rho", rho)
-        self.lam = float(lam)
-        self.eps = float(eps)
-        self.dual_lr = check_nonneg("dual_lr", dual_lr)
-        self.r = check_positive("r", r)
-        self.hvp = check_choice("hvp", hvp, ("finite_difference", "autograd"))
-        self.project = bool(project)
-        self.target = check_choice("target", target, TARGETS)
-        self.loss = loss
-        self.history: list[dict[str, float]] = []
+    rho: float = 0.05
+    lam: float = 1e-3
+    eps: float = 0.1
+    dual_lr: float = 1e-3
+    r: float = 0.05
+    hvp: str = "finite_difference"
+    project: bool = True
+    target: str = "output"
+    loss: str = "mse"
+    history: list[dict[str, Any]] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.rho = check_nonneg("rho", self.rho)
+        self.lam = float(self.lam)
+        self.eps = float(self.eps)
+        self.dual_lr = check_nonneg("dual_lr", self.dual_lr)
+        self.r = check_positive("r", self.r)
+        self.hvp = check_choice("hvp", self.hvp, ("finite_difference", "autograd"))
+        self.project = bool(self.project)
+        self.target = check_choice("target", self.target, TARGETS)
 
     @classmethod
     def ignite(cls, **kwargs: float) -> "SharpnessRegularizer":
@@ -544,8 +540,12 @@ class SharpnessRegularizer:
 
     @classmethod
     def ignite2(cls, **kwargs: float) -> "SharpnessRegularizer":
-        """IGNITE2: fixed ``lambda=0.01``, ``rho=0.2``, no dual update."""
-        base = {"rho": 0.2, "lam": 0.01, "dual_lr": 0.0}
+        """IGNITE2: fixed ``lambda=0.01``, ``rho=0.2``, finite-difference step ``r=0.2``, no dual update.
+
+        The values are those of the authors' ``scripts/IGNITE2/ga.py`` (github.com/cuong-dm/IGNITE at
+        c7026148); ``r`` was 0.05 (IGNITE's) here before.
+        """
+        base = {"rho": 0.2, "lam": 0.01, "r": 0.2, "dual_lr": 0.0}
         return cls(**{**base, **kwargs})  # type: ignore[arg-type]
 
     def dual_step(self, sharpness: float) -> float:

@@ -21,7 +21,7 @@ ordered on the CPU, so every device starts from the same ones.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence, TypeVar
+from typing import Callable, Protocol, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -217,22 +217,43 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainSettings:
+    """How a surrogate is built and fitted.
+
+    Attributes
+    ----------
+    hidden, activation
+        Architecture of the default :class:`MLPSurrogate` (ignored when a ready model is trained).
+    loss
+        ``"mse"`` or ``"nll"`` (the latter builds a Gaussian surrogate).
+    epochs, batch_size, lr, weight_decay
+        Optimisation settings (Adam).
+    dtype
+        Floating type of the data and the new model.
+    device
+        Where to train: ``cpu``, ``cuda`` or ``auto``.  The model is back on the CPU on return.
+    """
+
+    hidden: Sequence[int] = (64, 64)
+    activation: str = "relu"
+    loss: str = "mse"
+    epochs: int = 50
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+
+
 def train_surrogate(
     x: np.ndarray,
     y: np.ndarray,
+    settings: TrainSettings | None = None,
     *,
-    hidden: Sequence[int] = (64, 64),
-    activation: str = "relu",
-    loss: str = "mse",
-    epochs: int = 50,
-    batch_size: int = 128,
-    lr: float = 1e-3,
-    weight_decay: float = 0.0,
     regularizer: Regularizer | None = None,
     seed: int = 0,
     model: nn.Module | None = None,
-    dtype: torch.dtype = torch.float32,
-    device: str = "cpu",
 ) -> TrainResult:
     """Fit a surrogate to ``(x, y)`` with Adam, adding ``regularizer`` to each batch loss.
 
@@ -242,41 +263,36 @@ def train_surrogate(
         Designs (normally z-scored), shape ``(n, d)``.
     y
         Scores (normally z-scored), shape ``(n,)``.
-    hidden, activation
-        Architecture of the default :class:`MLPSurrogate` (ignored if ``model`` is given).
-    loss
-        ``"mse"`` or ``"nll"`` (the latter builds a Gaussian surrogate).
-    epochs, batch_size, lr, weight_decay
-        Optimisation settings.
+    settings
+        Architecture and optimisation (default :class:`TrainSettings`).
     regularizer
         Optional hook ``reg(model, xb, yb) -> scalar``, added to the loss.
     seed
         Seed of the initial weights and of the batch order.
     model
         A ready model to train instead of a new :class:`MLPSurrogate`.
-    dtype
-        Floating type of the data and the new model.
-    device
-        Where to train: ``cpu``, ``cuda`` or ``auto``.  The model is back on the CPU on return.
 
     Returns
     -------
     TrainResult
         The model (on the CPU) and its training log.
     """
+    cfg = settings or TrainSettings()
     x = as_2d("x", x)
     y = as_1d("y", y, n=x.shape[0])
-    check_choice("loss", loss, LOSSES)
-    epochs = check_positive_int("epochs", epochs)
-    batch_size = check_positive_int("batch_size", batch_size)
-    lr = check_positive("lr", lr)
-    weight_decay = check_nonneg("weight_decay", weight_decay)
+    loss = check_choice("loss", cfg.loss, LOSSES)
+    epochs = check_positive_int("epochs", cfg.epochs)
+    batch_size = check_positive_int("batch_size", cfg.batch_size)
+    lr = check_positive("lr", cfg.lr)
+    weight_decay = check_nonneg("weight_decay", cfg.weight_decay)
+    dtype = cfg.dtype
     if model is None:
-        model = seeded(lambda: MLPSurrogate(x.shape[1], hidden, activation, gaussian=(loss == "nll")), derive_seed(seed, 10))
+        model = seeded(lambda: MLPSurrogate(x.shape[1], cfg.hidden, cfg.activation, gaussian=(loss == "nll")),
+                       derive_seed(seed, 10))
         model = model.to(dtype)
     else:
         dtype = next(model.parameters()).dtype
-    dev = resolve_device(device)
+    dev = resolve_device(cfg.device)
     model.to(dev)
     xt = torch.as_tensor(x, dtype=dtype).to(dev)
     yt = torch.as_tensor(y, dtype=dtype).to(dev)
@@ -307,10 +323,16 @@ def train_surrogate(
     return TrainResult(model=model, history=history)
 
 
-def train_ensemble(
-    x: np.ndarray, y: np.ndarray, n_models: int = 3, *, seed: int = 0, reduce: str = "mean", **kwargs: Any
-) -> EnsembleSurrogate:
-    """Train ``n_models`` surrogates from different seeds and average them.
+def train_members(
+    x: np.ndarray,
+    y: np.ndarray,
+    n_models: int = 3,
+    settings: TrainSettings | None = None,
+    *,
+    seed: int = 0,
+    regularizer_factory: Callable[[int], Regularizer | None] | None = None,
+) -> list[nn.Module]:
+    """Train ``n_models`` surrogates that differ only in their seeds (the members of an ensemble).
 
     Parameters
     ----------
@@ -318,27 +340,51 @@ def train_ensemble(
         Training data.
     n_models
         Ensemble size.
+    settings
+        Architecture and optimisation of every member.
     seed
         Base seed; member ``i`` uses ``derive_seed(seed, 100 + i)``.
+    regularizer_factory
+        ``i -> `` the regulariser of member ``i`` (each member gets its own stateful one), or ``None``.
+
+    Returns
+    -------
+    list of nn.Module
+        The trained members (in eval mode, on the CPU).
+    """
+    n_models = check_positive_int("n_models", n_models)
+    return [
+        train_surrogate(x, y, settings, seed=derive_seed(seed, 100 + i),
+                        regularizer=regularizer_factory(i) if regularizer_factory is not None else None).model
+        for i in range(n_models)
+    ]
+
+
+def train_ensemble(
+    x: np.ndarray,
+    y: np.ndarray,
+    n_models: int = 3,
+    settings: TrainSettings | None = None,
+    *,
+    seed: int = 0,
+    reduce: str = "mean",
+    regularizer_factory: Callable[[int], Regularizer | None] | None = None,
+) -> EnsembleSurrogate:
+    """Train ``n_models`` surrogates from different seeds (:func:`train_members`) and reduce them.
+
+    Parameters
+    ----------
+    x, y, n_models, settings, seed, regularizer_factory
+        See :func:`train_members`.
     reduce
         ``"mean"`` or ``"min"``.
-    **kwargs
-        Passed to :func:`train_surrogate`.  A ``regularizer`` *factory* may be
-        given as ``regularizer_factory=lambda i: ...`` so each member gets its own
-        stateful regulariser.
 
     Returns
     -------
     EnsembleSurrogate
         The ensemble.
     """
-    n_models = check_positive_int("n_models", n_models)
-    factory = kwargs.pop("regularizer_factory", None)
-    members = []
-    for i in range(n_models):
-        reg = factory(i) if factory is not None else kwargs.get("regularizer")
-        kw = {**kwargs, "regularizer": reg}
-        members.append(train_surrogate(x, y, seed=derive_seed(seed, 100 + i), **kw).model)
+    members = train_members(x, y, n_models, settings, seed=seed, regularizer_factory=regularizer_factory)
     ens = EnsembleSurrogate(members, reduce)
     ens.eval()
     return ens

@@ -10,40 +10,58 @@ import pytest
 
 from repro.offopt.chapters import root
 from repro.offopt.grid import GridResult, MethodSpec, run_grid
+from repro.params import ParameterError
 
-SETTINGS = dict(tasks=["ackley"], dim=3, n_pool=300, q=50.0, n_ref=2000, n_candidates=16, seeds=[0], hidden=[16],
-                surrogate_epochs=4, grad_steps=8, grad_lr=0.01, cma_starts=4, cma_generations=4,
-                baselines=["best_offline", "grad_ascent"], n_functions=2, gp_seeds=16, gp_steps=10, gp_max_points=200,
-                bridge_hidden=[16], bridge_epochs=2, sample_steps=5, guidance=-1.5, ablations=False)
+VALUES = dict(tasks=("ackley",), dim=3, n_pool=300, q=50.0, n_ref=2000, n_candidates=16, seeds=(0,), hidden=(16,),
+              surrogate_epochs=4, grad_steps=8, grad_lr=0.01, cma_starts=4, cma_generations=4, ensemble_size=2,
+              workers=1, baselines=("best_offline", "grad_ascent"), n_functions=2, gp_seeds=16, gp_steps=10,
+              gp_max_points=200, bridge_hidden=(16,), bridge_epochs=2, sample_steps=5, guidance=-1.5, target_scale=0.8,
+              target_from="task_max", ablations=False, pairs_per_epoch=False, device="cpu")
 
 
-def test_settings_map_the_schema_onto_the_pipeline() -> None:
-    s = root.RootSettings(**SETTINGS)
-    assert s.root_config() == {"n_functions": 2, "n_seeds": 16, "gp_steps": 10, "gp_max_points": 200, "hidden": [16],
-                               "epochs": 2, "sample_steps": 5, "guidance": -1.5, "pairs_per_epoch": False,
-                               "device": "cpu"}
-    assert s.surrogate_config()["device"] == "cpu"
-    assert dataclasses.replace(s, device="auto").root_config()["device"] == "auto"
-    assert dataclasses.replace(s, pairs_per_epoch=True).root_config()["pairs_per_epoch"] is True
-    assert s.methods() == ["best_offline", "grad_ascent", "root"]
-    with_ablations = dataclasses.replace(s, ablations=True).methods()
-    assert with_ablations[3:] == [MethodSpec(label="root (F=1)", method="root", root={"n_functions": 1}),
+def test_params_map_the_schema_onto_the_pipeline() -> None:
+    p = root.Params(**VALUES)
+    assert p.root_config() == {"n_functions": 2, "n_seeds": 16, "gp_steps": 10, "gp_max_points": 200, "hidden": [16],
+                               "epochs": 2, "sample_steps": 5, "guidance": -1.5, "target_scale": 0.8,
+                               "target_from": "task_max", "pairs_per_epoch": False, "device": "cpu"}
+    assert p.surrogate_config()["device"] == "cpu"
+    assert dataclasses.replace(p, device="auto").root_config()["device"] == "auto"
+    assert dataclasses.replace(p, pairs_per_epoch=True).root_config()["pairs_per_epoch"] is True
+    offline = MethodSpec(label=root.OFFLINE_ARM, method="root", root={"target_from": "offline_max"})
+    assert p.methods() == ["best_offline", "grad_ascent", "root", offline]
+    with_ablations = dataclasses.replace(p, ablations=True).methods()
+    assert with_ablations[4:] == [MethodSpec(label="root (F=1)", method="root", root={"n_functions": 1}),
                                   MethodSpec(label="root (w=0)", method="root", root={"guidance": 0.0})]
-    with pytest.raises(ValueError, match="grad_ascent"):
-        root.RootSettings(**{**SETTINGS, "baselines": ["best_offline", "cma_es"]})
 
 
-def test_run_is_the_grid_with_the_chapter_settings(tiny) -> None:
-    s = root.RootSettings(**SETTINGS)
-    tasks = s.build_tasks()
-    ours = root.run(s, tasks)
-    direct = run_grid(tasks, s.methods(), s.seeds, n_candidates=16, surrogate=s.surrogate_config(),
-                      search=s.search_config(), root=s.root_config(), progress=False)
-    assert list(ours.rows.method) == ["best_offline", "grad_ascent", "root"]
-    np.testing.assert_array_equal(ours.rows.p100.to_numpy(), direct.rows.p100.to_numpy())
-    c = root.claims(ours, s)
-    assert set(c) == {"rank_gap_vs_best_other", "frac_tasks_beyond_offline", "gain_vs_baseline_points"}
+def test_the_known_maximum_is_a_parameter_and_the_offline_arm_runs_beside_it() -> None:
+    """ROOT on the task's known maximum (the authors' code) always comes with ROOT on offline information."""
+    p = root.Params(**VALUES)
+    assert p.offline_arm == root.OFFLINE_ARM
+    fair = dataclasses.replace(p, target_from="offline_max")
+    assert fair.offline_arm == "root" and fair.methods() == ["best_offline", "grad_ascent", "root"]
+    assert fair.root_config()["target_from"] == "offline_max"
+    with pytest.raises(ParameterError, match="'target_from'"):
+        dataclasses.replace(p, target_from="oracle").checks()
+    with pytest.raises(ParameterError, match="'baselines'"):
+        dataclasses.replace(p, baselines=("best_offline", "cma_es")).checks()
+
+
+def test_run_is_the_grid_with_the_chapter_settings() -> None:
+    p = root.Params(**VALUES)
+    tasks = p.build_tasks()
+    ours = root.run(p, tasks)
+    direct = run_grid(tasks, p.methods(), p.seeds, p.method_settings(root=p.root_config()), progress=False)
+    assert list(ours.grid.rows.method) == ["best_offline", "grad_ascent", "root", root.OFFLINE_ARM]
+    np.testing.assert_array_equal(ours.grid.rows.p100.to_numpy(), direct.rows.p100.to_numpy())
+    c = root.claims(ours)
+    assert set(c) == {"rank_gap_vs_best_other", "frac_tasks_beyond_offline", "gain_vs_baseline_points",
+                      "rank_gap_offline_target", "gain_offline_target_points"}
     assert all(len(v) == 1 for v in c.values())
+    rows = ours.grid.rows.set_index("method").p100
+    assert c["gain_offline_target_points"] == pytest.approx([100 * (rows[root.OFFLINE_ARM] - rows["grad_ascent"])])
+    assert c["gain_vs_baseline_points"] == pytest.approx([100 * (rows["root"] - rows["grad_ascent"])])
+    assert list(root.main_rows(ours).method) == ["best_offline", "grad_ascent", "root", root.OFFLINE_ARM]
 
 
 def test_root_claims_exclude_ablations_from_the_ranking(rows_from) -> None:

@@ -1,23 +1,27 @@
 """Driver of the IGNITE chapter: the surrogate's sharpness (gradient norm) as a regulariser.
 
 Every base optimiser runs vanilla and with each IGNITE variant on the shared
-grid (:mod:`repro.offopt.grid`), and each trained surrogate's gradient norm is
-logged on the offline set and on unseen top designs.  The claims judge one
-variant, :attr:`IgniteSettings.judged_variant`: the paired comparisons of
-:func:`repro.offopt.grid.regulariser_claims` (the gain claim is the paired
-*mean* relative gain, not the maximum over noisy pairs, which grows with the
-number of pairs even when the regulariser does nothing) and the sharpness
-reduction of :func:`repro.offopt.grid.diagnostic_reduction`.  The ``device``
-parameter places the surrogates' training (IGNITE's penalty included); the
-searches and the sharpness measurements use the trained surrogates on the CPU.
+grid (:mod:`repro.offopt.grid`), and each trained single surrogate's gradient
+norm is logged on the offline set and on unseen top designs.  The base
+optimisers include the authors' mean- and min-ensemble gradient ascents.  The
+claims judge one variant, :attr:`Params.judged_variant`: the paired
+comparisons of :func:`repro.offopt.grid.regulariser_claims`, one value per
+seed (the seed is the independent replication; the (task, optimiser) pairs of
+one seed share its draws), and the sharpness reduction of
+:func:`repro.offopt.grid.diagnostic_reduction`.  The paper's 9.6% is a
+maximum ("up to"), so it is set against our maximum over the same kind of
+pairs (``max_rel_gain_pct``), and the mean gain is a claim of its own without
+a paper number.  The ``device`` parameter places the surrogates' training
+(IGNITE's penalty included); the searches and the sharpness measurements use
+the trained surrogates on the CPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 from repro.offopt.grid import (
+    Diagnostics,
     GridResult,
     GridSettings,
     diagnostic_reduction,
@@ -26,14 +30,16 @@ from repro.offopt.grid import (
     run_chapter_grid,
 )
 from repro.offopt.tasks import OfflineTask
+from repro.params import require
+from repro.results import Evidence
 
 DUAL_ASCENT = "ignite"
 """The paper's variant (dual ascent on the multiplier), judged whenever it runs."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class IgniteSettings(GridSettings):
-    """The IGNITE chapter's parameters (its registry schema), on top of the shared grid settings.
+class Params(GridSettings):
+    """The IGNITE chapter's parameters (its registry schema), on top of the shared grid parameters.
 
     Attributes
     ----------
@@ -59,8 +65,12 @@ class IgniteSettings(GridSettings):
         super().__post_init__()
         for name in ("optimizers", "variants"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        if not self.variants:
-            raise ValueError("variants must name at least one IGNITE variant")
+
+    def checks(self) -> None:
+        """The shared checks, and distinct optimisers and variants."""
+        super().checks()
+        require(len(set(self.optimizers)) == len(self.optimizers), self, "optimizers", "optimizers must not repeat")
+        require(len(set(self.variants)) == len(self.variants), self, "variants", "variants must not repeat")
 
     @property
     def judged_variant(self) -> str:
@@ -72,39 +82,57 @@ class IgniteSettings(GridSettings):
         return regularised_methods(self.optimizers, self.variants)
 
 
-def run(settings: IgniteSettings, tasks: Sequence[OfflineTask] | None = None) -> GridResult:
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
+
+    Attributes
+    ----------
+    grid
+        The grid, with the ``sharpness_offline`` and ``sharpness_unseen`` columns.
+    variant
+        The variant the claims judge.
+    """
+
+    grid: GridResult
+    variant: str
+
+
+def run(params: Params, tasks: list[OfflineTask] | None = None) -> Results:
     """Run every base optimiser vanilla and with each variant on every task and seed, logging sharpness.
 
     Parameters
     ----------
-    settings
+    params
         The chapter's parameters.
     tasks
-        The tasks, if already built (default: ``settings.build_tasks()``).
+        The tasks, if already built (default: ``params.build_tasks()``).
 
     Returns
     -------
-    GridResult
-        The grid, with the ``sharpness_offline`` and ``sharpness_unseen`` columns.
+    Results
+        The grid and the judged variant.
     """
-    ignite = {"rho": settings.ignite_rho, "eps": settings.ignite_eps, "dual_lr": settings.ignite_dual_lr}
-    return run_chapter_grid(settings, settings.methods(), tasks, regularizer_kwargs={DUAL_ASCENT: ignite},
-                            diagnostics=["sharpness"])
+    ignite = {"rho": params.ignite_rho, "eps": params.ignite_eps, "dual_lr": params.ignite_dual_lr}
+    settings = params.method_settings(regularizer_kwargs={DUAL_ASCENT: ignite})
+    grid = run_chapter_grid(params, params.methods(), settings, diagnostics=Diagnostics(which=("sharpness",)), tasks=tasks)
+    return Results(grid=grid, variant=params.judged_variant)
 
 
-def claims(grid: GridResult, settings: IgniteSettings) -> dict[str, list[float]]:
-    """The chapter's claims for the judged variant, per seed.
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """The chapter's claims for the judged variant, one value per seed.
 
     Returns
     -------
     dict
-        ``mean_rel_gain_pct`` (the mean relative gain over (task, optimiser)
-        pairs), ``frac_improved`` and ``sharpness_reduction_unseen_pct``.
+        ``mean_rel_gain_pct`` and ``max_rel_gain_pct`` (the mean and the largest relative gain over
+        (task, optimiser) pairs), ``frac_improved`` and ``sharpness_reduction_unseen_pct``.
     """
-    variant = settings.judged_variant
-    paired = regulariser_claims(grid.rows, variant)
+    rows = results.grid.rows
+    paired = regulariser_claims(rows, results.variant)
     return {
         "mean_rel_gain_pct": paired["mean_rel_gain_pct"],
+        "max_rel_gain_pct": paired["max_rel_gain_pct"],
         "frac_improved": paired["frac_improved"],
-        "sharpness_reduction_unseen_pct": diagnostic_reduction(grid.rows, variant, "sharpness_unseen"),
+        "sharpness_reduction_unseen_pct": diagnostic_reduction(rows, results.variant, "sharpness_unseen"),
     }
