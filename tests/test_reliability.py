@@ -284,7 +284,10 @@ KILL_CASES = {
     "mpi": ("pnetcdf-compress", ["repeats=100", "rows=512", "cols=512"], 5),  # mpiexec, its proxy, 4 ranks
     "gloo": ("overlap-cnn", ["iterations=2000"], 3),  # multiprocessing's tracker and 2 ranks
     "deployment": ("fedlama", ["engine=deployment", "num_clients=4", "active_clients=2"], 6),  # SuperLink, 4 nodes, ...
+    "ray": ("fedlama", ["engine=ray"], 5),  # GCS, raylet, dashboard agent, log monitor, workers
 }
+KILLS = [(kind, sig) for kind in ("mpi", "gloo", "deployment") for sig in (signal.SIGKILL, signal.SIGTERM)]
+KILLS.append(("ray", signal.SIGKILL))
 START_DEADLINE_S = 600
 """Seconds the run may take to start the processes of interest (generous: the tests must hold on a loaded machine)."""
 END_DEADLINE_S = 30
@@ -315,10 +318,9 @@ def _wait_until(condition, deadline_s: float, poll_s: float = 0.1) -> bool:
 
 
 @pytest.mark.chapter
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-@pytest.mark.parametrize("kind", sorted(KILL_CASES))
+@pytest.mark.parametrize(("kind", "sig"), KILLS, ids=[f"{k}-{s.name}" for k, s in KILLS])
 def test_a_killed_run_leaves_no_process_and_no_folder(kind, sig, root, out_root, tmp_path):
-    """Kill the process group of `repro run` while its MPI ranks, gloo ranks or Flower processes run.
+    """Kill the process group of `repro run` while its MPI ranks, gloo ranks, Flower or Ray processes run.
 
     Survivors are counted by an environment marker the test sets, never by process name; the kernel runs in
     a session of its own and mpiexec and the Flower processes in theirs, so the kill reaches the runner only.
