@@ -7,7 +7,9 @@ median round trip per message size is fitted by least squares to ``alpha + n * b
 (:func:`fit_alpha_beta`).  :func:`data_parallel_rank` times real data-parallel steps (forward, backward,
 one allreduce of the flattened gradients, SGD step) to check the oracle against, and :func:`measure_rank`
 calibrates and times the data, filter, channel and spatial strategies of :mod:`repro.training.model_parallel`
-in one launch, so that calibration and timing see the same load.
+in one launch, so that calibration and timing see the same load.  The FLOP rate is the platform's constant:
+it is calibrated on other models than the one whose steps are predicted (:func:`held_out_rate`), as the
+paper's oracle takes its rate from the platform file, not from the model it predicts.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def data_parallel_rank(ctx: RankContext, job: DataParallelJob) -> float:
         t0 = time.perf_counter()
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
-        allreduce_flat([p.grad for p in model.parameters()], average=True)
+        allreduce_flat([p.grad for p in model.parameters() if p.grad is not None], average=True)
         opt.step()
         if i >= job.warmup:
             times.append(time.perf_counter() - t0)
@@ -116,9 +118,24 @@ def data_parallel_rank(ctx: RankContext, job: DataParallelJob) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class MeasureJob:
-    """What every rank of one measured seed runs: ping-pong, FLOP-rate calibration, then the strategies."""
+    """What every rank of one measured seed runs: ping-pong, FLOP-rate calibration, then the strategies.
 
-    strategies: StrategyJob
+    Attributes
+    ----------
+    strategies
+        The timed steps: the first job's strategies at its micro-batch (its gradients are also returned, for
+        the exactness check), then any further jobs (e.g. data parallelism at other micro-batches).
+    calibration
+        The models whose forward plus backward calibrates the FLOP rate, each with its example batch; none
+        of them is a timed model, so the rate is the platform's constant, not a fit to the model it predicts.
+    pingpong_sizes, pingpong_repeats
+        Message sizes (bytes) and round trips per size of the alpha-beta calibration.
+    flop_repeats
+        Timed forward-plus-backward passes per calibration model (median).
+    """
+
+    strategies: tuple[StrategyJob, ...]
+    calibration: tuple[tuple[nn.Module, torch.Tensor], ...]
     pingpong_sizes: tuple[int, ...]
     pingpong_repeats: int
     flop_repeats: int
@@ -126,7 +143,7 @@ class MeasureJob:
 
 @dataclass(frozen=True, kw_only=True)
 class RankMeasurement:
-    """One rank's half-round-trip times, its FLOP rate, its median step time and one step's full gradients per strategy."""
+    """One rank's half-round-trip times, its FLOP rate, its median step times and one step's gradients per strategy."""
 
     pingpong: PingPong
     flops_per_s: float
@@ -134,14 +151,34 @@ class RankMeasurement:
     gradients: dict[str, list[np.ndarray]]
 
 
-def measure_rank(ctx: RankContext, job: MeasureJob) -> RankMeasurement:
-    """Calibrate the platform and time every strategy on this rank (both ranks run, so both contend).
+def held_out_rate(models: Sequence[tuple[nn.Module, torch.Tensor]], repeats: int) -> float:
+    """One FLOP rate pooled over several models: their forward-plus-backward FLOPs over their median times, summed.
 
-    Then one step's full gradients per strategy, for the check that the strategies compute one process's step.
+    Parameters
+    ----------
+    models
+        ``(model, batch)`` pairs, none of them the model to be predicted.
+    repeats
+        Timed passes per model (median).
+    """
+    if not models:
+        raise ValueError("the FLOP rate needs at least one calibration model")
+    flops = seconds = 0.0
+    for model, batch in models:
+        work = 3.0 * sum(r.flops for r in layer_table(model, batch[:1])) * len(batch)
+        rate = flop_rate(model, batch, repeats)
+        flops, seconds = flops + work, seconds + work / rate
+    return flops / seconds
+
+
+def measure_rank(ctx: RankContext, job: MeasureJob) -> RankMeasurement:
+    """Calibrate the platform on held-out models and time every strategy on this rank (both ranks run, so both contend).
+
+    Then one step's full gradients per strategy of the first job, for the check that the strategies compute one
+    process's step.
     """
     torch.set_num_threads(1)
     pp = pingpong_rank(ctx, job.pingpong_sizes, job.pingpong_repeats)
-    sj = job.strategies
-    gen = torch.Generator().manual_seed(sj.seed)
-    rate = flop_rate(sj.model, torch.randn(sj.micro_batch, 3, sj.image, sj.image, generator=gen), job.flop_repeats)
-    return RankMeasurement(pingpong=pp, flops_per_s=rate, timings=tuple(timing_rank(ctx, sj)), gradients=gradients_rank(ctx, sj))
+    rate = held_out_rate(job.calibration, job.flop_repeats)
+    timings = tuple(t for sj in job.strategies for t in timing_rank(ctx, sj))
+    return RankMeasurement(pingpong=pp, flops_per_s=rate, timings=timings, gradients=gradients_rank(ctx, job.strategies[0]))

@@ -122,7 +122,8 @@ def _exchange_rows(top: torch.Tensor, bottom: torch.Tensor) -> tuple[torch.Tenso
     if rank < world - 1:
         reqs += [dist.isend(bottom, rank + 1), dist.irecv(from_below, rank + 1)]
     for r in reqs:
-        r.wait()
+        if r is not None:
+            r.wait()
     return from_above, from_below
 
 
@@ -185,14 +186,14 @@ class ShardedCNN(nn.Module):
                 elif strategy == "channel":
                     m.weight = nn.Parameter(m.weight.tensor_split(world, 1)[rank].clone())
         if strategy == "spatial":
-            for m in self.layers:
-                if isinstance(m, nn.Conv2d) and not _same_padding_conv(m):
+            for layer in self.layers:
+                if isinstance(layer, nn.Conv2d) and not _same_padding_conv(layer):
                     raise ValueError("spatial parallelism here needs stride-1 convolutions with 'same' padding")
 
     def _filter(self, m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return _GatherAlong.apply(m(x if m is self.first else _CopyToRanks.apply(x)), 1)
 
-    def _channel(self, m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def _channel(self, m: nn.Conv2d | nn.Linear, x: torch.Tensor) -> torch.Tensor:
         part = x.tensor_split(self.world, 1)[self.rank] if m is self.first else _ScatterAlong.apply(x, 1)
         partial = m._conv_forward(part, m.weight, None) if isinstance(m, nn.Conv2d) else F.linear(part, m.weight)
         out = _SumOverRanks.apply(partial)
@@ -210,7 +211,7 @@ class ShardedCNN(nn.Module):
                 if x.shape[2] < halo:
                     raise ValueError(f"{x.shape[2]} rows per rank cannot hold a halo of {halo}")
                 ext = _HaloRows.apply(x, halo) if halo else x
-                x = F.conv2d(ext, m.weight, m.bias, padding=(0, m.padding[1]))
+                x = F.conv2d(ext, m.weight, m.bias, padding=(0, int(m.padding[1])))
             elif split and isinstance(m, _ROW_LOCAL):
                 rows = m.kernel_size if isinstance(m, nn.MaxPool2d) else 1
                 rows = rows if isinstance(rows, int) else rows[0]
@@ -239,10 +240,10 @@ class ShardedCNN(nn.Module):
     def sync_gradients(self) -> None:
         """The gradient communication after backward: averaged (data) or summed over rows (spatial convs)."""
         if self.strategy == "data":
-            allreduce_flat([p.grad for p in self.parameters()], average=True)
+            allreduce_flat([_grad(p) for p in self.parameters()], average=True)
         elif self.strategy == "spatial":
             convs = [m for m in self.layers if isinstance(m, nn.Conv2d)]
-            allreduce_flat([p.grad for m in convs for p in m.parameters()], average=False)
+            allreduce_flat([_grad(p) for m in convs for p in m.parameters()], average=False)
 
     def full_gradients(self) -> list[torch.Tensor]:
         """The serial model's gradients, in its parameter order, assembled from every rank's slices."""
@@ -251,11 +252,18 @@ class ShardedCNN(nn.Module):
             for name, p in m.named_parameters(recurse=False):
                 dim = {"filter": 0, "channel": 1 if name == "weight" else None}.get(self.strategy)
                 if dim is None or not isinstance(m, _WEIGHTED):
-                    out.append(p.grad.clone())
+                    out.append(_grad(p).clone())
                     continue
                 full = m.in_channels if isinstance(m, nn.Conv2d) else m.in_features
-                out.append(_gather_uneven(p.grad, dim, full if self.strategy == "channel" else p.shape[dim] * self.world))
+                out.append(_gather_uneven(_grad(p), dim, full if self.strategy == "channel" else p.shape[dim] * self.world))
         return out
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's gradient, which the step must have produced (the strategies hold zeroed gradients)."""
+    if p.grad is None:
+        raise RuntimeError(f"a parameter of shape {tuple(p.shape)} has no gradient")
+    return p.grad
 
 
 def _gather_uneven(part: torch.Tensor, dim: int, full: int) -> torch.Tensor:
@@ -324,10 +332,11 @@ class StrategyJob:
 
 @dataclass(frozen=True, kw_only=True)
 class StrategyTiming:
-    """Median seconds of one SGD step of a strategy on one rank."""
+    """Median seconds of one SGD step of a strategy on one rank, at a micro-batch."""
 
     strategy: str
     seconds: float
+    micro_batch: int
 
 
 def _batch(job: StrategyJob, strategy: str, rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -361,7 +370,7 @@ def timing_rank(ctx: RankContext, job: StrategyJob) -> list[StrategyTiming]:
             _step(model, opt, x, y)
             if i >= job.warmup:
                 times.append(time.perf_counter() - t0)
-        out.append(StrategyTiming(strategy=strategy, seconds=float(np.median(times))))
+        out.append(StrategyTiming(strategy=strategy, seconds=float(np.median(times)), micro_batch=job.micro_batch))
     return out
 
 

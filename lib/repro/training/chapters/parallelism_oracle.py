@@ -2,17 +2,20 @@
 
 Two kinds of evidence, kept apart:
 
-- measured: this machine calibrated as a platform (FLOP rate of the model on one thread per rank while
-  both ranks run, alpha and beta from a gloo ping-pong), then real steps of data, filter, channel and
-  spatial parallelism (:mod:`repro.training.model_parallel`) on 2 gloo ranks, against the oracle's
-  prediction with the calibrated constants (:mod:`repro.training.oracle`);
+- measured: this machine calibrated as a platform (a FLOP rate measured on other models than the one
+  predicted, while all ranks run; alpha and beta from a gloo ping-pong), then real steps of data, filter,
+  channel and spatial parallelism (:mod:`repro.training.model_parallel`) on gloo ranks, data parallelism at
+  several micro-batches, against the oracle's prediction with the calibrated constants
+  (:mod:`repro.training.oracle`), scored by the paper's accuracy (the ratio of predicted to measured time);
 - modelled: the oracle with the paper's ABCI constants on AlexNet, VGG16, ResNet-50 and a
-  CosmoFlow-like 3-D network, up to 1024 GPUs; the network bandwidth, the constant that decides the
-  verdicts, is swept.
+  CosmoFlow-like 3-D network, up to 1024 GPUs, judged once at the named configuration; the network
+  bandwidth and the memory per GPU, the constants that decide the verdicts, are swept in a figure.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -20,29 +23,127 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from scipy import stats
 from torch import nn
 from tqdm import tqdm
 from transformers import ResNetConfig, ResNetForImageClassification
 
-from repro.training.calibrate import MeasureJob, RankMeasurement, fit_alpha_beta, measure_rank
+from repro.params import ChapterParams, require
+from repro.registry import Claim, load_registry
+from repro.results import Evidence
+from repro.training.calibrate import MeasureJob, RankMeasurement, fit_alpha_beta, measure_rank, tiny_cnn
 from repro.training.cost import Network
 from repro.training.launcher import launch
 from repro.training.layertable import LayerRow, layer_table
 from repro.training.model_parallel import STRATEGIES as MEASURED_STRATEGIES
 from repro.training.model_parallel import StrategyJob, serial_batch
-from repro.training.oracle import STRATEGIES, PlatformConstants, Prediction, largest_micro_batch, predict
+from repro.training.oracle import STRATEGIES, PlatformConstants, Prediction, largest_micro_batch, oracle_accuracy, predict
 from repro.training.overlap import vgg_mini
 
+CHAPTER_ID = "parallelism-oracle"
 IMAGENET_SAMPLES = 1_281_167
 COSMO_SAMPLES = 262_144
 """Samples per epoch of the projections: ImageNet-1k's training set; the CosmoFlow-like set's size is assumed."""
+PINGPONG_SIZES = (64, 4096, 65536, 262144, 1 << 20, 4 << 20)
+"""Message sizes (bytes) of the alpha-beta calibration."""
+
+
+def claim(claim_id: str) -> Claim:
+    """The chapter's claim in the registry (its null value is the level the sweeps and figures draw)."""
+    return load_registry().get(CHAPTER_ID).claim(claim_id)
+
+
+# ----------------------------------------------------------------------------------------------- params
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each)."""
+
+    ranks: int
+    micro_batch: int
+    data_micro_batches: tuple[int, ...]
+    image: int
+    width_divisor: int
+    steps: int
+    warmup: int
+    pingpong_repeats: int
+    max_processes: int
+    claim_processes: int
+    node_gpus: int
+    max_model_parallel: int
+    max_micro_batch: int
+    cosmo_side: int
+    bandwidths_gb: tuple[float, ...]
+    memories_gb: tuple[float, ...]
+    seeds: tuple[int, ...]
+
+    def checks(self) -> None:
+        """Refuse combinations the measured strategies or the projections cannot take, naming the parameters."""
+        require(self.image % (32 * self.ranks) == 0, self, ("image", "ranks"),
+                "image must be a multiple of 32 x ranks (five 2x2 poolings of each rank's rows)")
+        require(self.width_divisor <= 32 and 32 % self.width_divisor == 0, self, "width_divisor",
+                "width_divisor must divide 32 (the FLOP rate is calibrated on the CNN at twice the divisor)")
+        require((64 // self.width_divisor) % self.ranks == 0, self, ("width_divisor", "ranks"),
+                "filter parallelism splits the narrowest layer's 64 / width_divisor channels evenly over the ranks")
+        require(self.micro_batch not in self.data_micro_batches, self, ("micro_batch", "data_micro_batches"),
+                "data_micro_batches lists data parallelism's further micro-batches (micro_batch is always timed)")
+        for name in ("max_processes", "claim_processes"):
+            value = getattr(self, name)
+            require(value & (value - 1) == 0, self, name, f"{name} must be a power of two")
+        require(self.claim_processes <= self.max_processes, self, ("claim_processes", "max_processes"),
+                "claim_processes must not exceed max_processes")
+        require(self.claim_processes % self.node_gpus == 0, self, ("claim_processes", "node_gpus"),
+                "node_gpus must divide claim_processes")
+        require(self.cosmo_side % 32 == 0, self, "cosmo_side", "cosmo_side must be a multiple of 32 (five 2x2x2 poolings)")
+        if self.cosmo_side % 32 == 0:
+            fits = hybrid_fits_3d(self.cosmo_side, self.claim_processes, self.projection_setup())
+            require(fits, self, ("cosmo_side", "claim_processes", "node_gpus"),
+                    "the data+spatial hybrid cannot hold one volume per group at ABCI's memory, so the 3-D claim "
+                    "compares nothing; choose a smaller cosmo_side")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
+
+    def projection_setup(self) -> ProjectionSetup:
+        """How the projections are made (hybrid group, widest pure model parallelism, micro-batch cap)."""
+        return ProjectionSetup(node=self.node_gpus, max_model_parallel=self.max_model_parallel,
+                               max_micro_batch=self.max_micro_batch)
+
+    @property
+    def process_counts(self) -> list[int]:
+        """1, 2, 4, ... up to ``max_processes``: the projections' process counts."""
+        return [2**i for i in range(self.max_processes.bit_length())]
+
 
 # ----------------------------------------------------------------------------------------------- measured
 
 
 @dataclass(frozen=True, kw_only=True)
+class Step:
+    """One measured configuration: a strategy at a micro-batch, its time (slowest rank) and the predictions.
+
+    ``compute_only_s`` is the trivial predictor: the oracle's compute term alone, without communication.
+    """
+
+    strategy: str
+    micro_batch: int
+    measured_s: float
+    predicted: Prediction
+    compute_only_s: float
+
+    @property
+    def accuracy(self) -> float:
+        """The oracle's accuracy on this step (:func:`repro.training.oracle.oracle_accuracy`), percent."""
+        return oracle_accuracy(self.predicted.total_s, self.measured_s)
+
+    @property
+    def trivial_accuracy(self) -> float:
+        """The compute-only prediction's accuracy, percent."""
+        return oracle_accuracy(self.compute_only_s, self.measured_s)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SeedMeasurement:
-    """One seed: the calibrated platform, measured step times (slowest rank) and the oracle's predictions.
+    """One seed: the calibrated platform, every measured step, and the strategies' gradient check.
 
     ``gradient_error`` is the largest difference between any strategy's gradients (any rank) and one
     process's gradients of the same samples.
@@ -52,20 +153,49 @@ class SeedMeasurement:
     ranks: int
     micro_batch: int
     platform: PlatformConstants
-    measured_s: dict[str, float]
-    predicted: dict[str, Prediction]
+    steps: tuple[Step, ...]
     gradient_error: float
 
+    def step(self, strategy: str, micro_batch: int | None = None) -> Step:
+        """The measured step of ``strategy`` at ``micro_batch`` (default: the shared micro-batch)."""
+        b = self.micro_batch if micro_batch is None else micro_batch
+        return next(s for s in self.steps if s.strategy == strategy and s.micro_batch == b)
+
     def accuracy(self, strategy: str) -> float:
-        """The paper's oracle accuracy, ``100 (1 - |predicted - measured| / measured)``, percent."""
-        m = self.measured_s[strategy]
-        return 100.0 * (1.0 - abs(self.predicted[strategy].total_s - m) / m)
+        """The oracle's accuracy for ``strategy`` at the shared micro-batch, percent."""
+        return self.step(strategy).accuracy
+
+    def best_data(self) -> Step:
+        """Data parallelism's most accurately predicted configuration (the paper's 'as high as')."""
+        return max((s for s in self.steps if s.strategy == "data"), key=lambda s: s.accuracy)
+
+    def mean_accuracy(self, trivial: bool = False) -> float:
+        """Mean accuracy over the four strategies at the shared micro-batch (of the compute-only prediction if ``trivial``)."""
+        return float(np.mean([self.step(s).trivial_accuracy if trivial else self.accuracy(s) for s in MEASURED_STRATEGIES]))
+
+    def ranking(self) -> float:
+        """Kendall's tau between the predicted and the measured order of the four strategies' steps."""
+        steps = [self.step(s) for s in MEASURED_STRATEGIES]
+        tau = stats.kendalltau([s.predicted.total_s for s in steps], [s.measured_s for s in steps]).statistic
+        return float(tau)
 
 
 def measured_model(width_divisor: int, image: int, seed: int) -> nn.Sequential:
     """The measured CNN: VGG-A's layer pattern with widths divided by ``width_divisor`` (seeded)."""
     torch.manual_seed(seed)
     return vgg_mini(10, width_divisor, image)
+
+
+def calibration_models(params: Params, seed: int) -> tuple[tuple[nn.Module, torch.Tensor], ...]:
+    """The held-out models the FLOP rate is measured on: a two-convolution CNN and the CNN at half the widths.
+
+    Neither is the measured model, so the rate is a constant of the platform that the oracle then applies
+    to another model, as the paper's oracle applies the rate of its platform file.
+    """
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    batch = torch.randn(params.micro_batch, 3, params.image, params.image, generator=gen)
+    return ((tiny_cnn(), batch), (vgg_mini(10, 2 * params.width_divisor, params.image), batch))
 
 
 def step_prediction(table: list[LayerRow], strategy: str, ranks: int, micro_batch: int,
@@ -75,40 +205,37 @@ def step_prediction(table: list[LayerRow], strategy: str, ranks: int, micro_batc
     return predict(table, strategy, ranks, micro_batch, samples, plat)
 
 
-def measure_seed(seed: int, ranks: int, micro_batch: int, image: int, width_divisor: int, steps: int, warmup: int,
-                 pingpong_repeats: int, timeout_s: float = 300.0) -> SeedMeasurement:
-    """Launch the ranks once for a seed; fit alpha and beta, and predict every strategy with the calibration."""
-    model = measured_model(width_divisor, image, seed)
-    sizes = (64, 4096, 65536, 262144, 1 << 20, 4 << 20)
-    job = MeasureJob(
-        strategies=StrategyJob(
-            model=model,
-            image=image,
-            micro_batch=micro_batch,
-            strategies=MEASURED_STRATEGIES,
-            steps=steps,
-            warmup=warmup,
-            seed=seed,
-        ),
-        pingpong_sizes=sizes,
-        pingpong_repeats=pingpong_repeats,
-        flop_repeats=max(3, steps),
-    )
-    per_rank = launch(measure_rank, ranks, (job,), timeout_s=timeout_s)
+def measure_job(params: Params, seed: int) -> MeasureJob:
+    """What the ranks of one seed run: the four strategies at ``micro_batch``, data at the further micro-batches."""
+    model = measured_model(params.width_divisor, params.image, seed)
+
+    def job(strategies: tuple[str, ...], micro_batch: int) -> StrategyJob:
+        return StrategyJob(model=model, image=params.image, micro_batch=micro_batch, strategies=strategies,
+                           steps=params.steps, warmup=params.warmup, seed=seed)
+
+    return MeasureJob(strategies=(job(MEASURED_STRATEGIES, params.micro_batch),
+                                  *(job(("data",), b) for b in params.data_micro_batches)),
+                      calibration=calibration_models(params, seed), pingpong_sizes=PINGPONG_SIZES,
+                      pingpong_repeats=params.pingpong_repeats, flop_repeats=max(3, params.steps))
+
+
+def measure_seed(params: Params, seed: int, timeout_s: float = 300.0) -> SeedMeasurement:
+    """Launch the ranks once for a seed; fit alpha and beta, and predict every measured step with the calibration."""
+    job = measure_job(params, seed)
+    model = job.strategies[0].model
+    per_rank = launch(measure_rank, params.ranks, (job,), timeout_s=timeout_s)
     net = fit_alpha_beta(per_rank[0].pingpong)
     plat = PlatformConstants(memory_bytes=1e12, flops_per_s=float(np.mean([r.flops_per_s for r in per_rank])), net=net)
-    measured = {s: max(t.seconds for r in per_rank for t in r.timings if t.strategy == s) for s in MEASURED_STRATEGIES}
-    table = layer_table(model, torch.zeros(1, 3, image, image))
-    predicted = {s: step_prediction(table, s, ranks, micro_batch, plat) for s in MEASURED_STRATEGIES}
-    return SeedMeasurement(
-        seed=seed,
-        ranks=ranks,
-        micro_batch=micro_batch,
-        platform=plat,
-        measured_s=measured,
-        predicted=predicted,
-        gradient_error=gradient_error(model, job.strategies, per_rank),
-    )
+    table = layer_table(model, torch.zeros(1, 3, params.image, params.image))
+    steps = []
+    for t in per_rank[0].timings:
+        pred = step_prediction(table, t.strategy, params.ranks, t.micro_batch, plat)
+        slowest = max(u.seconds for r in per_rank for u in r.timings
+                      if u.strategy == t.strategy and u.micro_batch == t.micro_batch)
+        steps.append(Step(strategy=t.strategy, micro_batch=t.micro_batch, measured_s=slowest, predicted=pred,
+                          compute_only_s=pred.compute_s))
+    return SeedMeasurement(seed=seed, ranks=params.ranks, micro_batch=params.micro_batch, platform=plat,
+                           steps=tuple(steps), gradient_error=gradient_error(model, job.strategies[0], per_rank))
 
 
 def gradient_error(model: nn.Sequential, job: StrategyJob, per_rank: list[RankMeasurement]) -> float:
@@ -119,45 +246,44 @@ def gradient_error(model: nn.Sequential, job: StrategyJob, per_rank: list[RankMe
         model.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(model(x), y).backward()
         for r in per_rank:
-            worst = max(worst, max(float(np.abs(p.grad.numpy() - g).max()) for p, g in zip(model.parameters(), r.gradients[s])))
+            worst = max(worst, max(float(np.abs(p.grad.numpy() - g).max()) for p, g in zip(model.parameters(), r.gradients[s])
+                                   if p.grad is not None))
     return worst
 
 
-def measure(
-    seeds: list[int], ranks: int, micro_batch: int, image: int, width_divisor: int, steps: int, warmup: int, pingpong_repeats: int
-) -> list[SeedMeasurement]:
+def measure(params: Params) -> list[SeedMeasurement]:
     """:func:`measure_seed` for every seed, one after the other (timings must not compete)."""
-    return [
-        measure_seed(s, ranks, micro_batch, image, width_divisor, steps, warmup, pingpong_repeats)
-        for s in tqdm(seeds, desc="gloo runs")
-    ]
+    return [measure_seed(params, s) for s in tqdm(params.seeds, desc="gloo runs")]
 
 
 def measured_table(results: list[SeedMeasurement]) -> pd.DataFrame:
-    """Per strategy: measured and predicted step (compute, communication) and the oracle's accuracy, mean over seeds."""
+    """Per strategy and micro-batch: measured and predicted step, its split, and both predictors' accuracy (mean over seeds)."""
     rows = [
         {
-            "strategy": s,
-            "measured ms": 1e3 * r.measured_s[s],
-            "predicted ms": 1e3 * r.predicted[s].total_s,
-            "compute ms": 1e3 * r.predicted[s].compute_s,
-            "communication ms": 1e3 * r.predicted[s].communication_s,
-            "accuracy %": r.accuracy(s),
+            "strategy": s.strategy,
+            "micro-batch": s.micro_batch,
+            "measured ms": 1e3 * s.measured_s,
+            "predicted ms": 1e3 * s.predicted.total_s,
+            "compute ms": 1e3 * s.predicted.compute_s,
+            "communication ms": 1e3 * s.predicted.communication_s,
+            "oracle accuracy %": s.accuracy,
+            "compute-only accuracy %": s.trivial_accuracy,
         }
         for r in results
-        for s in MEASURED_STRATEGIES
+        for s in r.steps
     ]
-    return pd.DataFrame(rows).groupby("strategy", sort=False).mean()
+    return pd.DataFrame(rows).groupby(["strategy", "micro-batch"], sort=False).mean()
 
 
 def calibration_table(results: list[SeedMeasurement]) -> pd.DataFrame:
-    """The calibrated constants of every seed beside ABCI's."""
+    """The calibrated constants of every seed beside ABCI's, and the rank agreement of the four strategies."""
     rows = [
         {
             "platform": f"this machine, seed {r.seed}",
             "GFLOP/s": r.platform.flops_per_s / 1e9,
             "alpha us": 1e6 * r.platform.net.alpha,
             "bandwidth GB/s": 1 / r.platform.net.beta / 1e9 if r.platform.net.beta else float("inf"),
+            "Kendall tau (predicted vs measured order)": r.ranking(),
         }
         for r in results
     ]
@@ -168,22 +294,23 @@ def calibration_table(results: list[SeedMeasurement]) -> pd.DataFrame:
             "GFLOP/s": abci.flops_per_s / 1e9,
             "alpha us": 1e6 * abci.net.alpha,
             "bandwidth GB/s": 1 / abci.net.beta / 1e9,
+            "Kendall tau (predicted vs measured order)": float("nan"),
         }
     )
     return pd.DataFrame(rows)
 
 
 def accuracy_figure(results: list[SeedMeasurement]) -> plt.Figure:
-    """Measured step time against the oracle's (compute and communication stacked), per strategy."""
+    """Measured step time against the oracle's (compute and communication stacked), per configuration."""
     table = measured_table(results)
     x = np.arange(len(table))
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = plt.subplots(figsize=(8, 3.8))
     ax.bar(x - 0.2, table["measured ms"], 0.4, color="C0", label="measured (gloo, slowest rank)")
     ax.bar(x + 0.2, table["compute ms"], 0.4, color="C1", label="oracle: compute")
     ax.bar(x + 0.2, table["communication ms"], 0.4, bottom=table["compute ms"], color="C2", label="oracle: communication")
-    for xi, acc, top in zip(x, table["accuracy %"], np.maximum(table["measured ms"], table["predicted ms"])):
+    for xi, acc, top in zip(x, table["oracle accuracy %"], np.maximum(table["measured ms"], table["predicted ms"])):
         ax.annotate(f"{acc:.0f}%", (xi, top), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(x, table.index)
+    ax.set_xticks(x, [f"{s}\nb={b}" for s, b in table.index])
     ax.set_ylabel(f"one step, ms ({results[0].ranks} ranks)")
     ax.set_title("oracle accuracy (annotated) with this machine's calibrated constants")
     ax.legend(fontsize=7)
@@ -194,15 +321,16 @@ def accuracy_figure(results: list[SeedMeasurement]) -> plt.Figure:
 # ---------------------------------------------------------------------------------------------- modelled
 
 
-def _plain_cnn(cfg: list, in_channels: int, pool: Callable[[], nn.Module], head: list[nn.Module]) -> nn.Sequential:
+def _plain_cnn(cfg: list[int | str], in_channels: int, pool: Callable[[], nn.Module],
+               head: list[nn.Module]) -> nn.Sequential:
     layers: list[nn.Module] = []
     c = in_channels
     for v in cfg:
-        if v == "M":
-            layers.append(pool())
-        else:
+        if isinstance(v, int):
             layers += [nn.Conv2d(c, v, 3, padding=1), nn.ReLU()]
             c = v
+        else:  # "M": a pooling
+            layers.append(pool())
     return nn.Sequential(*layers, *head)
 
 
@@ -234,18 +362,17 @@ def alexnet() -> nn.Sequential:
 
 def vgg16() -> nn.Sequential:
     """VGG16 (configuration D) for ImageNet at 224 x 224."""
-    cfg = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
+    cfg: list[int | str] = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
     head = [nn.Flatten(), nn.Linear(512 * 7 * 7, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 1000)]
     return _plain_cnn(cfg, 3, lambda: nn.MaxPool2d(2), head)
 
 
 def resnet50() -> nn.Module:
     """ResNet-50 from ``transformers`` (randomly initialised from its configuration; nothing downloaded)."""
-    return ResNetForImageClassification(
-        ResNetConfig(
-            layer_type="bottleneck", depths=[3, 4, 6, 3], embedding_size=64, hidden_sizes=[256, 512, 1024, 2048], num_labels=1000
-        )
-    )
+    config = ResNetConfig(layer_type="bottleneck", depths=[3, 4, 6, 3], embedding_size=64,
+                          hidden_sizes=[256, 512, 1024, 2048])
+    config.num_labels = 1000
+    return ResNetForImageClassification(config)
 
 
 def cosmoflow_like(side: int) -> nn.Sequential:
@@ -276,18 +403,13 @@ class Workload:
 
 def workloads(cosmo_side: int) -> list[Workload]:
     """Layer tables of the four projected models, traced on the meta device (no weights, no compute)."""
-    specs = [
-        ("AlexNet", alexnet, (3, 224, 224), IMAGENET_SAMPLES, False),
-        ("VGG16", vgg16, (3, 224, 224), IMAGENET_SAMPLES, False),
-        ("ResNet-50", resnet50, (3, 224, 224), IMAGENET_SAMPLES, False),
-        (f"CosmoFlow-like {cosmo_side}^3", lambda: cosmoflow_like(cosmo_side), (4,) + (cosmo_side,) * 3, COSMO_SAMPLES, True),
-    ]
+    specs: list[tuple[str, Callable[[], nn.Module]]] = [("AlexNet", alexnet), ("VGG16", vgg16), ("ResNet-50", resnet50)]
     out = []
-    for name, build, shape, n, three_d in specs:
+    for name, build in specs:
         with torch.device("meta"):
-            model, example = build(), torch.zeros(1, *shape)
-        out.append(Workload(name=name, table=layer_table(model, example), samples=n, three_d=three_d))
-    return out
+            model, example = build(), torch.zeros(1, 3, 224, 224)
+        out.append(Workload(name=name, table=layer_table(model, example), samples=IMAGENET_SAMPLES, three_d=False))
+    return [*out, _cosmo_workload(cosmo_side)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -374,17 +496,33 @@ def data_comm_share(works: list[Workload], p: int, plat: PlatformConstants, setu
     return float(np.mean(shares))
 
 
-def hybrid_gain_3d(works: list[Workload], p: int, plat: PlatformConstants, setup: ProjectionSetup) -> float:
-    """Data parallelism's modelled epoch over the data+spatial hybrid's, 3-D model.
+def hybrid_share_3d(works: list[Workload], p: int, plat: PlatformConstants, setup: ProjectionSetup) -> float:
+    """The data+spatial hybrid's modelled epoch over data parallelism's, 3-D model (below 1: the hybrid wins).
 
-    ``inf`` when data parallelism cannot hold one sample per process, ``nan`` when the hybrid cannot either.
+    0 when data parallelism cannot hold one volume per process (the hybrid wins by fitting at all); ``nan``
+    when the hybrid cannot either (:meth:`Params.checks` refuses that configuration before any work).
     """
     w = next(w for w in works if w.three_d)
     hybrid = project(w, "data+spatial", p, plat, setup).epoch_s
-    return project(w, "data", p, plat, setup).epoch_s / hybrid if np.isfinite(hybrid) else float("nan")
+    data = project(w, "data", p, plat, setup).epoch_s
+    if not math.isfinite(hybrid):
+        return float("nan")
+    return 0.0 if not math.isfinite(data) else hybrid / data
 
 
-def bandwidth_sweep(works: list[Workload], p: int, gb_per_s: list[float], setup: ProjectionSetup) -> pd.DataFrame:
+@functools.lru_cache(maxsize=16)
+def _cosmo_workload(side: int) -> Workload:
+    with torch.device("meta"):
+        model, example = cosmoflow_like(side), torch.zeros(1, 4, side, side, side)
+    return Workload(name=f"CosmoFlow-like {side}^3", table=layer_table(model, example), samples=COSMO_SAMPLES, three_d=True)
+
+
+def hybrid_fits_3d(side: int, p: int, setup: ProjectionSetup) -> bool:
+    """Whether the data+spatial hybrid holds one ``side``^3 volume per group at ``p`` GPUs with ABCI's memory."""
+    return project(_cosmo_workload(side), "data+spatial", p, PlatformConstants.abci(), setup).micro_batch >= 1
+
+
+def bandwidth_sweep(works: list[Workload], p: int, gb_per_s: tuple[float, ...], setup: ProjectionSetup) -> pd.DataFrame:
     """Both modelled claims at every network bandwidth, other constants ABCI's."""
     rows = []
     for bw in gb_per_s:
@@ -393,13 +531,13 @@ def bandwidth_sweep(works: list[Workload], p: int, gb_per_s: list[float], setup:
             {
                 "bandwidth GB/s": bw,
                 "data comm share %": data_comm_share(works, p, plat, setup),
-                "3-D data / hybrid": hybrid_gain_3d(works, p, plat, setup),
+                "3-D hybrid / data": hybrid_share_3d(works, p, plat, setup),
             }
         )
     return pd.DataFrame(rows)
 
 
-def memory_sweep(works: list[Workload], p: int, memory_gb: list[float], setup: ProjectionSetup) -> pd.DataFrame:
+def memory_sweep(works: list[Workload], p: int, memory_gb: tuple[float, ...], setup: ProjectionSetup) -> pd.DataFrame:
     """The 3-D claim and the micro-batches at every memory per process, other constants ABCI's."""
     w = next(w for w in works if w.three_d)
     rows = []
@@ -408,7 +546,7 @@ def memory_sweep(works: list[Workload], p: int, memory_gb: list[float], setup: P
         rows.append(
             {
                 "memory GB": gb,
-                "3-D data / hybrid": hybrid_gain_3d(works, p, plat, setup),
+                "3-D hybrid / data": hybrid_share_3d(works, p, plat, setup),
                 "data micro-batch": project(w, "data", p, plat, setup).micro_batch,
                 "hybrid micro-batch": project(w, "data+spatial", p, plat, setup).micro_batch,
             }
@@ -417,7 +555,7 @@ def memory_sweep(works: list[Workload], p: int, memory_gb: list[float], setup: P
 
 
 def flip_interval(xs: list[float], ys: list[float], level: float) -> tuple[float, float] | None:
-    """The first pair of neighbouring sweep points between which ``ys`` crosses ``level`` (``inf`` counts as above)."""
+    """The first pair of neighbouring sweep points between which ``ys`` crosses ``level`` (``nan`` points are skipped)."""
     for x0, y0, x1, y1 in zip(xs, ys, xs[1:], ys[1:]):
         if not (np.isnan(y0) or np.isnan(y1)) and (y0 > level) != (y1 > level):
             return float(x0), float(x1)
@@ -461,78 +599,119 @@ def scaling_figure(projs: list[Projection]) -> plt.Figure:
     return fig
 
 
-def _sweep_panel(
-    ax: plt.Axes, xs: list[float], ys: list[float], level: float, at: float, at_label: str, xlabel: str, title: str
-) -> None:
-    finite = [y if np.isfinite(y) else np.nan for y in ys]
-    ax.plot(xs, finite, marker="o")
-    for x, y in zip(xs, ys):
-        if y == float("inf"):
-            ax.annotate("data does\nnot fit", (x, level), ha="center", va="bottom", fontsize=6, color="C3")
-    ax.axhline(level, color="k", lw=0.8)
-    ax.axvline(at, color="grey", ls=":", label=at_label)
-    flip = flip_interval(xs, ys, level)
+@dataclass(frozen=True, kw_only=True)
+class Panel:
+    """One sweep panel: the swept values, the claim's metric at each, the claim's null value and the setting marked."""
+
+    xs: list[float]
+    ys: list[float]
+    level: float
+    at: float
+    xlabel: str
+    title: str
+
+
+def _sweep_panel(ax: plt.Axes, panel: Panel) -> None:
+    ys = [y if np.isfinite(y) else np.nan for y in panel.ys]
+    ax.plot(panel.xs, ys, marker="o")
+    ax.axhline(panel.level, color="k", lw=0.8, label=f"the claim's null value, {panel.level:g}")
+    ax.axvline(panel.at, color="grey", ls=":", label="ABCI")
+    flip = flip_interval(panel.xs, panel.ys, panel.level)
     if flip is not None:
         ax.axvspan(*flip, color="C3", alpha=0.15, label=f"verdict flips between {flip[0]:g} and {flip[1]:g}")
     ax.set_xscale("log")
-    ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    ax.set_xticks(panel.xs, [f"{x:g}" for x in panel.xs])
     ax.minorticks_off()
-    ax.set_xlabel(xlabel)
-    ax.set_title(title, fontsize=8)
+    ax.set_xlabel(panel.xlabel)
+    ax.set_title(panel.title, fontsize=8)
     ax.legend(fontsize=6)
 
 
-def sweep_figure(bandwidth: pd.DataFrame, memory: pd.DataFrame, p: int) -> plt.Figure:
-    """The modelled claims against their deciding constants: network bandwidth, and memory per process."""
-    abci = PlatformConstants.abci()
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+def sweep_figure(results: Results) -> plt.Figure:
+    """The modelled claims against their deciding constants (network bandwidth, memory per GPU), at their null values."""
+    abci, p = PlatformConstants.abci(), results.params.claim_processes
+    bandwidth, memory = results.by_bandwidth, results.by_memory
+    share, gain = claim("allreduce_limits_data").null_value, claim("hybrid_wins_3d").null_value
     bw = bandwidth["bandwidth GB/s"].tolist()
-    _sweep_panel(
-        axes[0],
-        bw,
-        bandwidth["data comm share %"].tolist(),
-        50.0,
-        1 / abci.net.beta / 1e9,
-        "ABCI",
-        "network bandwidth, GB/s",
-        f"data parallelism: communication share, % ({p} GPUs, 2-D models)",
-    )
-    _sweep_panel(
-        axes[1],
-        bw,
-        bandwidth["3-D data / hybrid"].tolist(),
-        1.0,
-        1 / abci.net.beta / 1e9,
-        "ABCI",
-        "network bandwidth, GB/s",
-        f"3-D model: data / data+spatial epoch ({p} GPUs)",
-    )
-    _sweep_panel(
-        axes[2],
-        memory["memory GB"].tolist(),
-        memory["3-D data / hybrid"].tolist(),
-        1.0,
-        abci.memory_bytes / 1e9,
-        "ABCI",
-        "memory per GPU, GB",
-        f"3-D model: data / data+spatial epoch ({p} GPUs)",
-    )
+    abci_bw, abci_mem = 1 / abci.net.beta / 1e9, abci.memory_bytes / 1e9
+    panels = [
+        Panel(xs=bw, ys=bandwidth["data comm share %"].tolist(), level=share, at=abci_bw, xlabel="network bandwidth, GB/s",
+              title=f"data parallelism: communication share, % ({p} GPUs, 2-D models)"),
+        Panel(xs=bw, ys=bandwidth["3-D hybrid / data"].tolist(), level=gain, at=abci_bw, xlabel="network bandwidth, GB/s",
+              title=f"3-D model: data+spatial / data epoch ({p} GPUs; 0: data does not fit)"),
+        Panel(xs=memory["memory GB"].tolist(), ys=memory["3-D hybrid / data"].tolist(), level=gain, at=abci_mem,
+              xlabel="memory per GPU, GB", title=f"3-D model: data+spatial / data epoch ({p} GPUs; 0: data does not fit)"),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    for ax, panel in zip(axes, panels):
+        _sweep_panel(ax, panel)
     fig.tight_layout()
     return fig
 
 
-# ------------------------------------------------------------------------------------------------ claims
+# ----------------------------------------------------------------------------------------------- results
 
 
-def claims(results: list[SeedMeasurement], works: list[Workload], p: int, setup: ProjectionSetup) -> dict[str, list[float]]:
-    """Per-seed values of the measured and structural claims, and the (seed-free) modelled claims with ABCI constants."""
-    abci = PlatformConstants.abci()
-    model_parallel = [s for s in MEASURED_STRATEGIES if s != "data"]
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
+
+    Attributes
+    ----------
+    params
+        The parameters of the run.
+    measured
+        One :class:`SeedMeasurement` per seed.
+    works
+        The projected models' layer tables.
+    projections
+        Every strategy on every projected model at every process count, ABCI constants.
+    by_bandwidth, by_memory
+        The modelled claims across the network bandwidth and the memory per GPU (other constants ABCI's).
+    """
+
+    params: Params
+    measured: list[SeedMeasurement]
+    works: list[Workload]
+    projections: list[Projection]
+    by_bandwidth: pd.DataFrame
+    by_memory: pd.DataFrame
+
+
+def run(params: Params) -> Results:
+    """The gloo runs (one launch per seed), then the projections and the two sweeps."""
+    setup = params.projection_setup()
+    works = workloads(params.cosmo_side)
+    return Results(
+        params=params,
+        measured=measure(params),
+        works=works,
+        projections=projections(works, params.process_counts, PlatformConstants.abci(), setup),
+        by_bandwidth=bandwidth_sweep(works, params.claim_processes, params.bandwidths_gb, setup),
+        by_memory=memory_sweep(works, params.claim_processes, params.memories_gb, setup),
+    )
+
+
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """The measured and structural claims per seed, and the modelled claims once.
+
+    The accuracies carry the compute-only predictor's accuracy as their trivial level; the modelled claims use
+    ABCI's constants at ``claim_processes`` GPUs.
+    """
+    p, setup, abci = results.params, results.params.projection_setup(), PlatformConstants.abci()
+    m = results.measured
+    best = [r.best_data() for r in m]
+    data = [s.accuracy for s in best]
+    mean = [r.mean_accuracy() for r in m]
+    trivial_mean = float(np.mean([r.mean_accuracy(trivial=True) for r in m]))
     return {
-        "accuracy_data": [r.accuracy("data") for r in results],
-        "accuracy_mean": [float(np.mean([r.accuracy(s) for s in MEASURED_STRATEGIES])) for r in results],
-        "data_most_accurate": [r.accuracy("data") - float(np.mean([r.accuracy(s) for s in model_parallel])) for r in results],
-        "strategies_exact": [r.gradient_error for r in results],
-        "allreduce_limits_data": [data_comm_share(works, p, abci, setup)],
-        "hybrid_wins_3d": [hybrid_gain_3d(works, p, abci, setup)],
+        "accuracy_data": Evidence(values=data, arms={"oracle, data parallelism": data},
+                                  trivial=float(np.mean([s.trivial_accuracy for s in best]))),
+        "accuracy_mean": Evidence(values=mean, arms={"oracle, four strategies": mean}, trivial=trivial_mean),
+        "data_most_accurate": Evidence(values=[d - a for d, a in zip(data, mean)],
+                                       arms={"oracle, data parallelism": data, "oracle, four strategies": mean},
+                                       trivial=trivial_mean),
+        "strategies_exact": [r.gradient_error for r in m],
+        "allreduce_limits_data": [data_comm_share(results.works, p.claim_processes, abci, setup)],
+        "hybrid_wins_3d": [hybrid_share_3d(results.works, p.claim_processes, abci, setup)],
     }
