@@ -1,29 +1,33 @@
 """The on-device KD chapter: weak clients train a small auxiliary model, strong clients distil it into a large one.
 
-A :class:`KdRun` (one method, seed and learning rate) is executed by
-:func:`run`; :func:`sweep` covers the whole grid.  Every method gets the
-same learning-rate grid, and :func:`choices` keeps, per method, the value
-whose evaluated model scores best on a validation set: training samples
-that no client holds (``TaskSpec.validation_share``).  The test accuracy
-the claims compare plays no part in the choice.  :func:`claims` gives the
-ledger's per-seed values and :func:`memory_table` shows why weak clients
-can train only the auxiliary model; the figures and tables are the
-chapter's own.
+:class:`Params` holds the chapter's parameters.  :func:`run` first gives
+every method the same learning-rate grid on a tuning seed and keeps, per
+method, the value whose evaluated model scores best on a validation set:
+training samples that no client holds (``TaskSpec.validation_share``;
+:mod:`repro.federated.tuning`); the test accuracy the claims compare plays
+no part in the choice.  Then every method runs at its rate for every seed
+(one :class:`KdRun` each, through :func:`run_one` into a :class:`KdRecord`)
+and :func:`run` returns the :class:`Results`; :func:`claims` gives the
+ledger's evidence and :func:`memory_table` shows why weak clients can train
+only the auxiliary model; the figures and tables are the chapter's own.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from repro.federated.arrays import from_arrayrecord
+from repro.federated.client import LocalSGD
 from repro.federated.engine import RunSummary
-from repro.federated.figures import mean_sd, seed_sd, tuned_accuracy_curves
+from repro.federated.figures import accuracy_band, mean_sd, seed_sd, tuning_table
 from repro.federated.ondevice_kd import (
     AUX,
     LARGE,
@@ -36,11 +40,13 @@ from repro.federated.ondevice_kd import (
     pair_evaluator,
     strip,
 )
-from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
-from repro.federated.task import TaskSpec, load_task_data
+from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
+from repro.federated.task import TaskSpec, available_train, load_task_data, majority_accuracy
 from repro.federated.tiers import Tier, assign_tiers, count_step
-from repro.federated.tuning import Choice, best_settings, chosen, keep_best, model_validation_accuracy
+from repro.federated.tuning import Choice, best_settings, chosen, model_validation_accuracy
 from repro.models import set_weights
+from repro.params import ChapterParams, require
+from repro.results import Evidence
 
 METHODS = ("strong_only", "aux_all", "feddf", "kd_only", "ondevice_kd")
 LABELS = {"strong_only": "FedAvg of L, strong clients, labelled data", "aux_all": "FedAvg of A, all clients (A's accuracy)",
@@ -50,6 +56,74 @@ COLOURS = {"strong_only": "tab:brown", "aux_all": "tab:gray", "feddf": "tab:oran
            "ondevice_kd": "tab:blue"}
 TUNING_METRIC = "validation_accuracy"
 """What every method's learning rate is chosen on: the evaluated model's final accuracy on the held-out samples."""
+
+
+RECORD_COLUMNS = ("method", "setting", "seed", "accuracy", "budget_accuracy", TUNING_METRIC, "weak_large_scalars",
+                  "large_scalars")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``ondevice-kd.yaml``)."""
+
+    dataset: str
+    n_train: int
+    validation_share: float
+    num_clients: int
+    active_clients: int
+    alpha: float
+    hidden: tuple[int, ...]
+    aux_hidden: tuple[int, ...]
+    strong_share: float
+    labelled_share: float
+    steps: int
+    rounds: int
+    batch_size: int
+    lrs: tuple[float, ...]
+    momentum: float
+    temperature: float
+    kd_final: float
+    kd_rampup: int
+    pool_size: int
+    server_steps: int
+    memory_batch: int
+    tuning_seed: int
+    seeds: tuple[int, ...]
+    workers: int
+    device: str
+    eval_every: int
+
+    def checks(self) -> None:
+        """Refuse the impossible combinations before any run starts."""
+        require(self.active_clients <= self.num_clients, self, ("active_clients", "num_clients"),
+                "active_clients must not exceed num_clients")
+        require(round(self.strong_share * self.num_clients) >= 1, self, ("strong_share", "num_clients"),
+                "need at least one strong client")
+        require(0.0 < self.labelled_share < 1.0, self, "labelled_share", "clients need both labelled and unlabelled samples")
+        dealt = int(available_train(self.dataset, self.n_train) * (1.0 - self.validation_share))
+        require(dealt >= 2 * self.num_clients, self, ("dataset", "n_train", "validation_share", "num_clients"),
+                "the split needs at least 2 training samples per client after the validation share")
+        require(self.pool_size <= dealt, self, ("pool_size", "n_train", "validation_share"),
+                "FedDF's pool draws from the clients' training samples; it cannot exceed them")
+        require(self.tuning_seed not in self.seeds, self, ("tuning_seed", "seeds"), "the tuning seed must not be a reported seed")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
+        require(len(set(self.lrs)) == len(self.lrs), self, "lrs", "the learning rates of the grid must be distinct")
+
+    def spec(self) -> TaskSpec:
+        """The task: the dataset over the clients by a Dirichlet label skew, a validation share held out; ``L``'s MLP."""
+        return TaskSpec(dataset=self.dataset, num_clients=self.num_clients, scheme="dirichlet", alpha=self.alpha,
+                        hidden=self.hidden, model="mlp", n_train=self.n_train, data_seed=0,
+                        validation_share=self.validation_share)
+
+    def job(self, method: str, lr: float, seed: int) -> KdRun:
+        """One run of ``method`` at learning rate ``lr``."""
+        return KdRun(method=method, spec=self.spec(), sgd=LocalSGD(batch_size=self.batch_size, lr=lr, momentum=self.momentum),
+                     tau=self.steps, rounds=self.rounds, seed=seed, active_clients=self.active_clients,
+                     eval_every=self.eval_every, device=self.device, aux_hidden=self.aux_hidden,
+                     strong_share=self.strong_share, labelled_share=self.labelled_share, temperature=self.temperature,
+                     kd_final=self.kd_final, kd_rampup=self.kd_rampup, pool_size=self.pool_size,
+                     server_steps=self.server_steps,
+                     progress=None if self.workers > 1 else f"{method} lr={lr:g} seed={seed}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,41 +201,36 @@ def client_tiers(spec: TaskSpec, strong_share: float, seed: int) -> list[Tier]:
     )
 
 
-def run(job: KdRun) -> dict[str, Any]:
-    """Run ``job`` on Flower's in-process engine (two Flower rounds per round of the method).
+@dataclass(frozen=True, kw_only=True)
+class KdRecord(RunRecord):
+    """One run's record: :class:`RunRecord`'s fields (the curve in two-step rounds) and these.
 
-    Returns
-    -------
-    dict
-        :func:`repro.federated.runs.summary_record`'s fields (the curve in two-step rounds),
-        ``validation_accuracy`` of the evaluated model
-        (:func:`repro.federated.tuning.model_validation_accuracy`), ``weak_large_scalars`` (scalars of ``L``
-        that weak clients downloaded or uploaded; 0 by design) and ``large_scalars`` (scalars of ``L`` moved
-        in all, both directions).
+    Attributes
+    ----------
+    validation_accuracy
+        The evaluated model's accuracy on the held-out training samples (what tuning reads).
+    weak_large_scalars
+        Scalars of ``L`` that weak clients downloaded or uploaded (0 by design).
+    large_scalars
+        Scalars of ``L`` moved in all, both directions.
     """
+
+    validation_accuracy: float = math.nan
+    weak_large_scalars: int = 0
+    large_scalars: int = 0
+
+
+def run_one(job: KdRun) -> KdRecord:
+    """Run ``job`` on Flower's in-process engine (two Flower rounds per round of the method)."""
     tiers = job.client_tiers()
     recipe = job.recipe()
-    strategy = TwoModelFedAvg(
-        job.clients_per_round,
-        job.local,
-        tiers,
-        recipe,
-        seed=job.seed,
-        temperature=job.temperature,
-        kd_final=job.kd_final,
-        kd_rampup=job.kd_rampup,
-        pool=job.pool() if recipe.server_pool_steps else None,
-        spec=job.spec,
-        aux_hidden=job.aux_hidden,
-    )
+    strategy = TwoModelFedAvg(job.clients_per_round, job.local, tiers, recipe, seed=job.seed, temperature=job.temperature,
+                              kd_final=job.kd_final, kd_rampup=job.kd_rampup,
+                              pool=job.pool() if recipe.server_pool_steps else None, spec=job.spec,
+                              aux_hidden=job.aux_hidden)
     app = make_two_model_client_app(job.spec, job.aux_hidden, job.labelled_share, job.run_config)
-    hist = job.simulate(
-        strategy,
-        app,
-        pair_arrays(job.spec, job.aux_hidden, job.seed),
-        pair_evaluator(job.spec, job.aux_hidden, job.evaluated),
-        flower_rounds=2,
-    )
+    hist = job.simulate(strategy, app, pair_arrays(job.spec, job.aux_hidden, job.seed),
+                        pair_evaluator(job.spec, job.aux_hidden, job.evaluated), flower_rounds=2)
     s = RunSummary.of(hist)
     sizes = strategy.comm.sizes if strategy.comm is not None else {}
     moved = {t.partition_id: 0 for t in strategy.traffic}
@@ -170,63 +239,108 @@ def run(job: KdRun) -> dict[str, Any]:
     assert hist.final_arrays is not None
     model = build_pair(job.spec, job.aux_hidden, seed=0)[job.evaluated]
     set_weights(model, strip(from_arrayrecord(hist.final_arrays), job.evaluated))
-    return summary_record(
-        job,
-        dataclasses.replace(s, curve=tuple((r // 2, a) for r, a in s.curve)),
-        validation_accuracy=model_validation_accuracy(job.spec, model),
-        weak_large_scalars=sum(v for p, v in moved.items() if tiers[p].name != "strong"),
-        large_scalars=sum(moved.values()),
-    )
+    return KdRecord.of(job, dataclasses.replace(s, curve=tuple((r // 2, a) for r, a in s.curve)),
+                       validation_accuracy=model_validation_accuracy(job.spec, model),
+                       weak_large_scalars=sum(v for p, v in moved.items() if tiers[p].name != "strong"),
+                       large_scalars=sum(moved.values()))
 
 
-def sweep(base: KdRun, lrs: list[float], seeds: list[int], workers: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every method at every learning rate of ``lrs`` for every seed (other fields from ``base``).
+def tune(params: Params) -> tuple[tuple[Choice, ...], pd.DataFrame]:
+    """Every method at every rate of ``lrs`` on the tuning seed; each keeps the best on the validation set.
+
+    A one-value grid runs nothing and chooses it.
 
     Returns
     -------
-    final : DataFrame
-        One row per run: ``method, setting, seed, accuracy, budget_accuracy, validation_accuracy,
-        weak_large_scalars, large_scalars`` (``setting`` is the learning rate, the tuned value
-        :mod:`repro.federated.tuning` reads).
-    curves : DataFrame
-        ``method, setting, seed, round, accuracy``.
+    choices : tuple of Choice
+        One per method (:func:`repro.federated.tuning.best_settings`, the smallest rate on ties).
+    runs : DataFrame
+        The tuning runs (:data:`RECORD_COLUMNS`; empty for a one-value grid).
     """
-    jobs = [
-        dataclasses.replace(
-            base,
-            method=m,
-            seed=s,
-            sgd=dataclasses.replace(base.sgd, lr=lr),
-            progress=None if workers > 1 else f"{m} lr={lr} seed={s}",
-        )
-        for s in seeds
-        for lr in lrs
-        for m in METHODS
-    ]
-    done = execute(run, jobs, workers, desc="on-device KD comparison")
-    return run_tables(
-        done,
-        ("method", "setting", "seed", "accuracy", "budget_accuracy", TUNING_METRIC, "weak_large_scalars", "large_scalars"),
-        keys=("method", "setting", "seed"),
-    )
+    grid = tuple(sorted(params.lrs))
+    if len(grid) == 1:
+        return (tuple(Choice(method=m, value=grid[0], score=math.nan, grid=grid) for m in METHODS),
+                pd.DataFrame(columns=list(RECORD_COLUMNS)))
+    done = execute(run_one, [params.job(m, lr, params.tuning_seed) for m in METHODS for lr in grid], params.workers,
+                   desc="on-device KD tuning")
+    runs = records_frame(done, RECORD_COLUMNS)
+    return best_settings(runs, TUNING_METRIC), runs
 
 
-def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
-    """Each method's learning rate with the best mean validation accuracy over seeds (one grid for all)."""
-    return best_settings(final, TUNING_METRIC)
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What the chapter's comparison produced.
+
+    Attributes
+    ----------
+    final
+        One row per reported run: :data:`RECORD_COLUMNS` (``setting`` is the learning rate).
+    curves
+        ``method, seed, round, accuracy`` at every evaluation (rounds of the method).
+    choices, tuning
+        The learning rate each method kept, and the tuning runs.
+    memory
+        :func:`memory_table`'s table.
+    trivial
+        Test accuracy of always predicting the majority class (percent): the task's trivial level.
+    strong_clients
+        Number of strong clients.
+    """
+
+    final: pd.DataFrame
+    curves: pd.DataFrame
+    choices: tuple[Choice, ...]
+    tuning: pd.DataFrame
+    memory: pd.DataFrame
+    trivial: float
+    strong_clients: int
 
 
-def claims(final: pd.DataFrame) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims, every method at the learning rate chosen on validation."""
-    sel = keep_best(final, choices(final))
-    acc = {m: sel[sel.method == m].set_index("seed").budget_accuracy for m in METHODS}
+def run(params: Params) -> Results:
+    """Tune every method's rate on the tuning seed, then run every method at its rate for every seed."""
+    choices, tuning = tune(params)
+    lr = chosen(choices)
+    done = execute(run_one, [params.job(m, lr[m], s) for s in params.seeds for m in METHODS], params.workers,
+                   desc="on-device KD comparison")
+    spec = params.spec()
+    strong = sum(t.name == "strong" for t in client_tiers(spec, params.strong_share, params.seeds[0]))
+    return Results(final=records_frame(done, RECORD_COLUMNS), curves=curves_frame(done), choices=choices, tuning=tuning,
+                   memory=memory_table(spec, params.aux_hidden, params.memory_batch, params.momentum),
+                   trivial=majority_accuracy(spec), strong_clients=strong)
+
+
+def accuracies(results: Results) -> dict[str, pd.Series]:
+    """Every method's accuracy at the budget, indexed by seed."""
+    return {m: g.set_index("seed").budget_accuracy for m, g in results.final.groupby("method")}
+
+
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """The ledger's evidence: on-device KD's large model against each baseline per seed, with both arms."""
+    acc = accuracies(results)
     seeds = sorted(acc["ondevice_kd"].index)
     kd = acc["ondevice_kd"]
-    return {
-        "gain_vs_strong_only": [float(kd[s] - acc["strong_only"][s]) for s in seeds],
-        "gain_vs_aux": [float(kd[s] - acc["aux_all"][s]) for s in seeds],
-        "gain_vs_feddf": [float(kd[s] - acc["feddf"][s]) for s in seeds],
-    }
+
+    def gain(base: str) -> Evidence:
+        return Evidence(values=[float(kd[s] - acc[base][s]) for s in seeds], trivial=results.trivial,
+                        arms={m: [float(acc[m][s]) for s in seeds] for m in ("ondevice_kd", base)})
+
+    return {"gain_vs_strong_only": gain("strong_only"), "gain_vs_aux": gain("aux_all"), "gain_vs_feddf": gain("feddf")}
+
+
+def moved_on_test(results: Results) -> list[str]:
+    """The methods whose learning rate choosing on the tuning seed's test accuracy would have changed."""
+    if results.tuning.empty:
+        return []
+    on_test = chosen(best_settings(results.tuning, "budget_accuracy"))
+    return [c.method for c in results.choices if not np.isclose(on_test[c.method], c.value)]
+
+
+def tuning_summary(results: Results) -> pd.DataFrame:
+    """Per method: validation and test accuracy at every rate on the tuning seed, and the rate kept."""
+    if results.tuning.empty:
+        return pd.DataFrame({"method": [LABELS[c.method] for c in results.choices],
+                             "chosen on validation": [f"{c.value:g} (the only value)" for c in results.choices]})
+    return tuning_table(results.tuning, results.choices, LABELS, metric=TUNING_METRIC)
 
 
 def memory_table(spec: TaskSpec, aux_hidden: tuple[int, ...], batch_size: int, momentum: float) -> pd.DataFrame:
@@ -248,23 +362,26 @@ def memory_table(spec: TaskSpec, aux_hidden: tuple[int, ...], batch_size: int, m
 
 
 # ----- figures and tables ----------------------------------------------------------------------
-def accuracy_curves(curves: pd.DataFrame, best: tuple[Choice, ...]) -> plt.Figure:
+def accuracy_curves(results: Results) -> Figure:
     """Test accuracy against rounds per method at its chosen learning rate (mean over seeds, band min to max)."""
-    fig = tuned_accuracy_curves(
-        curves, best, METHODS, LABELS, COLOURS, xlabel="round (aux step + large step)", figsize=(8.8, 4.0)
-    )
-    fig.axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig, ax = plt.subplots(figsize=(8.8, 4.0))
+    for m in METHODS:
+        accuracy_band(ax, results.curves[results.curves.method == m], None, COLOURS[m], LABELS[m])
+    ax.axhline(results.trivial, color="k", lw=0.8, ls=":", label="majority class")
+    ax.set_xlabel("round (aux step + large step)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig
 
 
-def accuracy_bars(final: pd.DataFrame, best: tuple[Choice, ...]) -> plt.Figure:
+def accuracy_bars(results: Results) -> Figure:
     """The miniature of the paper's main table: accuracy at the budget per method (error bar = sd over seeds)."""
-    sel = keep_best(final, best)
+    acc = accuracies(results)
     fig, ax = plt.subplots(figsize=(8.8, 3.6))
     for i, m in enumerate(METHODS):
-        vals = sel[sel.method == m].budget_accuracy
-        ax.barh(i, vals.mean(), xerr=seed_sd(vals), color=COLOURS[m], capsize=3)
+        ax.barh(i, acc[m].mean(), xerr=seed_sd(acc[m]), color=COLOURS[m], capsize=3)
+    ax.axvline(results.trivial, color="k", lw=0.8, ls=":")
     ax.set_yticks(range(len(METHODS)), [LABELS[m] for m in METHODS], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
@@ -273,21 +390,14 @@ def accuracy_bars(final: pd.DataFrame, best: tuple[Choice, ...]) -> plt.Figure:
     return fig
 
 
-def summary_table(final: pd.DataFrame) -> pd.DataFrame:
+def summary_table(results: Results) -> pd.DataFrame:
     """Per method: learning rate chosen on validation, test accuracy (mean ± sd), ``L``'s traffic (all, weak clients)."""
-    best = choices(final)
-    sel, lr = keep_best(final, best), chosen(best)
+    lr = chosen(results.choices)
     rows = []
     for m in METHODS:
-        r = sel[sel.method == m]
-        rows.append(
-            {
-                "method": LABELS[m],
-                "lr (chosen on validation)": f"{lr[m]:g}",
-                "test accuracy (%)": mean_sd(r.budget_accuracy),
-                "L scalars moved (millions)": round(r.large_scalars.mean() / 1e6, 2),
-                "of which by weak clients": int(r.weak_large_scalars.max()),
-                "seeds": len(r),
-            }
-        )
+        r = results.final[results.final.method == m]
+        rows.append({"method": LABELS[m], "lr (chosen on validation)": f"{lr[m]:g}",
+                     "test accuracy (%)": mean_sd(r.budget_accuracy),
+                     "L scalars moved (millions)": round(r.large_scalars.mean() / 1e6, 2),
+                     "of which by weak clients": int(r.weak_large_scalars.max()), "seeds": len(r)})
     return pd.DataFrame(rows)
