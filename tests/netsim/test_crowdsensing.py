@@ -75,3 +75,34 @@ def test_ga_improves_on_a_random_start(model):
     res = integer_ga(lambda p: model.objective(p, w), model.vehicles, model.f_max,
                      GAConfig(population=16, generations=30), seed=0)
     assert res.history[-1] > res.history[0]
+
+
+def test_the_multiplicative_objective_is_the_specs_at_the_default_weights():
+    w = Weights(form="multiplicative")
+    cov, cost, bal = np.array([0.6, 0.0]), np.array([0.3, 0.2]), np.array([0.8, 1.0])
+    np.testing.assert_allclose(w.combine(cov, cost, bal), cov * (1 - cost) ** 0.5 * bal**0.5)
+    np.testing.assert_allclose(Weights().combine(cov, cost, bal), 0.5 * cov + 0.25 * (1 - cost) + 0.25 * bal)
+    with pytest.raises(ValueError, match="form"):
+        Weights(form="geometric")
+    with pytest.raises(ValueError, match="coverage weight"):
+        Weights.from_coverage(0.0, "multiplicative")
+
+
+def test_the_chapters_ga_starts_from_a_random_population(monkeypatch):
+    from repro.netsim.chapters import crowdsense_freq as driver
+
+    seen = {}
+    real = driver.integer_ga
+
+    def spy(*args, **kwargs):
+        seen["seeded"] = kwargs.get("seeded")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "integer_ga", spy)
+    prm = driver.Params(vehicles=(6,), vehicles_default=6, w_coverages=(0.5,), w_coverage_default=0.5,
+                        objective="additive", grid=11, horizon_s=1800.0, sample_dt_s=10.0, slot_s=300.0, cell_m=100.0,
+                        f_max=3, population=8, generations=2, seeds=(0,), workers=1)
+    prm.checks()
+    res = driver.run_job(prm.job(6, 0.5, 0))
+    assert seen["seeded"] is None  # not seeded with the plans it is compared against
+    assert set(res.scores) == set(driver.METHODS)

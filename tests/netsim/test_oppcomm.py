@@ -8,8 +8,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from repro.netsim.heuristics import AllCellular, RandomAllowed
-from repro.netsim.mobility import CitySpec
-from repro.netsim.oppcomm import CELL, ENV_ID, RELAY, RSU, WAIT, OppCommConfig, OppCommEnv
+from repro.netsim.mobility import CitySpec, place_rsus
+from repro.netsim.oppcomm import CELL, ENV_ID, RELAY, RSU, RSU_SEED_OFFSET, WAIT, OppCommConfig, OppCommEnv, city_layout
 
 SMALL = OppCommConfig(city=CitySpec(grid=11, buses=12, routes=3, horizon_s=400.0), rsus=6, gen_interval_s=10,
                       delta_s=60.0)
@@ -115,3 +115,12 @@ def test_reward_splits_into_base_and_theta_part():
         np.testing.assert_allclose(info["rewards"], info["reward_base"] + SMALL.theta * info["reward_flexible"])
         assert r == pytest.approx(info["rewards"].sum())
     assert CELL == 1
+
+
+def test_the_environment_and_the_city_figure_share_one_layout():
+    env = OppCommEnv(SMALL)
+    env.reset(seed=5)
+    layout = city_layout(SMALL, 5)
+    np.testing.assert_array_equal(env.rsu_xy, layout.rsu_xy)
+    np.testing.assert_array_equal(env.fleet, layout.positions)
+    np.testing.assert_array_equal(layout.rsu_xy, place_rsus(SMALL.city, SMALL.rsus, 5 + RSU_SEED_OFFSET, 0.0))

@@ -11,8 +11,17 @@ from gymnasium.utils.env_checker import check_env
 
 from repro.netsim.chapters.wrsn_drl import lifetime, q_charging_lifetime
 from repro.netsim.qcharging import ALPHA, GAMMA, SELF_VALUE, Move, QCharging, charging_reward, inma, location_index
-from repro.netsim.wrsn import (ENV_ID, MC_LOW_J, WRSNChargingEnv, WRSNConfig, charge_rate, charging_times,
-                               nearest_request, route, routing)
+from repro.netsim.wrsn import (
+    ENV_ID,
+    MC_LOW_J,
+    WRSNChargingEnv,
+    WRSNConfig,
+    charge_rate,
+    charging_times,
+    nearest_request,
+    route,
+    routing,
+)
 
 CFG = WRSNConfig()
 

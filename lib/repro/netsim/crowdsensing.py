@@ -7,9 +7,12 @@ never removes a sample (evenly spaced samples at ``slot / f`` are not nested and
 a frequency rises).  Each sample covers the (grid cell, time slot) pair where it is taken.
 :class:`CoverageModel` precomputes, for every vehicle and level, the boolean set of pairs covered, so
 the coverage of a whole population of plans is one vectorised OR.
-The objective (reconstructed; the paper defines one combined function) is
+The objective (reconstructed; the paper defines one combined function, not retrieved) is, in the spec's
+two forms,
 
-``J = w_c * Cov + w_k * (1 - Cost_norm) + w_b * Balance``
+``J = w_c * Cov + w_k * (1 - Cost_norm) + w_b * Balance``            (``additive``)
+``J = Cov * (1 - Cost_norm) ** (w_k / w_c) * Balance ** (w_b / w_c)``  (``multiplicative``; the spec's
+``Cov (1 - Cost)^0.5 Balance^0.5`` at the default weights 0.5 / 0.25 / 0.25)
 
 with ``Cov`` the covered share of the pairs any vehicle ever visits, ``Cost_norm`` the samples over those
 of the all-``f_max`` plan, and ``Balance = 1 - Gini`` of the per-vehicle sample counts.
@@ -50,18 +53,42 @@ def gini(loads: np.ndarray) -> np.ndarray:
     return np.where(total > 0, g, 0.0)
 
 
+FORMS = ("additive", "multiplicative")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Weights:
-    """Weights of coverage, cost saving and balance in the objective."""
+    """Weights of coverage, cost saving and balance in the objective, and the objective's form.
+
+    Raises
+    ------
+    ValueError
+        For an unknown form, or a multiplicative objective without weight on coverage.
+    """
 
     coverage: float = 0.5
     cost: float = 0.25
     balance: float = 0.25
+    form: str = "additive"
+
+    def __post_init__(self) -> None:
+        if self.form not in FORMS:
+            raise ValueError(f"objective form must be one of {FORMS}, got {self.form!r}")
+        if self.form == "multiplicative" and self.coverage <= 0:
+            raise ValueError("a multiplicative objective needs a positive coverage weight (the exponents are w / w_c)")
 
     @classmethod
-    def from_coverage(cls, w_c: float) -> "Weights":
+    def from_coverage(cls, w_c: float, form: str = "additive") -> "Weights":
         """``w_c`` for coverage and the rest split evenly between cost and balance."""
-        return cls(coverage=w_c, cost=(1.0 - w_c) / 2, balance=(1.0 - w_c) / 2)
+        return cls(coverage=w_c, cost=(1.0 - w_c) / 2, balance=(1.0 - w_c) / 2, form=form)
+
+    def combine(self, coverage: np.ndarray, cost: np.ndarray, balance: np.ndarray) -> np.ndarray:
+        """The objective of plans with these coverages, normalised costs and balances."""
+        if self.form == "additive":
+            return np.asarray(self.coverage * coverage + self.cost * (1.0 - cost) + self.balance * balance)
+        saving = np.clip(1.0 - cost, 0.0, None)
+        return np.asarray(coverage * saving ** (self.cost / self.coverage) * np.clip(balance, 0.0, None)
+                          ** (self.balance / self.coverage))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +156,7 @@ class CoverageModel:
         total = loads.sum(axis=1)
         cost = total / self.samples[:, self.f_max].sum()
         balance = 1.0 - gini(loads)
-        obj = weights.coverage * cov + weights.cost * (1.0 - cost) + weights.balance * balance
+        obj = weights.combine(cov, cost, balance)
         return [PlanScore(objective=float(o), coverage=float(c), cost=float(k), balance=float(b), samples=int(s))
                 for o, c, k, b, s in zip(obj, cov, cost, balance, total)]
 
@@ -140,12 +167,12 @@ class CoverageModel:
 
 def uniform_plan(model: CoverageModel, level: int) -> np.ndarray:
     """Every vehicle at ``level``."""
-    return np.full(model.vehicles, level, dtype=int)
+    return np.asarray(np.full(model.vehicles, level, dtype=int))
 
 
 def random_plan(model: CoverageModel, rng: np.random.Generator) -> np.ndarray:
     """Levels drawn uniformly per vehicle."""
-    return rng.integers(0, model.f_max + 1, size=model.vehicles)
+    return np.asarray(rng.integers(0, model.f_max + 1, size=model.vehicles))
 
 
 def greedy_plan(model: CoverageModel, weights: Weights) -> np.ndarray:

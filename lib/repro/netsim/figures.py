@@ -6,6 +6,9 @@ from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
+
+from repro.netsim.oppcomm import OppCommConfig, city_layout
 
 
 def learning_curves(curves: Mapping[str, Sequence[Sequence[float]]], ylabel: str, title: str,
@@ -32,7 +35,7 @@ def learning_curves(curves: Mapping[str, Sequence[Sequence[float]]], ylabel: str
     return fig
 
 
-def metric_panels(table, x: str, metrics: Sequence[tuple[str, str]], hue: str = "policy",
+def metric_panels(table: pd.DataFrame, x: str, metrics: Sequence[tuple[str, str]], hue: str = "policy",
                   title: str = "") -> plt.Figure:
     """One panel per metric: mean over seeds against ``x``, one line per ``hue`` value, error bars = sd.
 
@@ -60,4 +63,28 @@ def metric_panels(table, x: str, metrics: Sequence[tuple[str, str]], hue: str = 
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def city_figure(config: OppCommConfig, mob_seed: int, title: str) -> plt.Figure:
+    """The bus tracks and RSUs of one city of ``OppComm-v0`` (the layout its environment uses for ``mob_seed``).
+
+    Parameters
+    ----------
+    config
+        The scenario (its city and RSU placement).
+    mob_seed
+        The mobility seed.
+    title
+        Figure title.
+    """
+    layout = city_layout(config, mob_seed)
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.plot(layout.positions[:, :, 0], layout.positions[:, :, 1], lw=0.4, alpha=0.5)
+    ax.scatter(layout.rsu_xy[:, 0], layout.rsu_xy[:, 1], marker="^", c="k", s=25, label="RSU", zorder=3)
+    ax.set_aspect("equal")
+    ax.set_xlabel("x (m)")
+    ax.set_ylabel("y (m)")
+    ax.legend(loc="upper right")
+    ax.set_title(title)
     return fig

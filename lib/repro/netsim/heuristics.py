@@ -10,6 +10,7 @@ communication policies (:class:`AllCellular`, :class:`FixedProbability`, :class:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -115,3 +116,21 @@ class GreedyLatency:
         """Argmin of ``info["latency_estimate"]``."""
         return int(np.argmin(info["latency_estimate"]))
 
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeastLoaded:
+    """The allowed path whose busiest resource has the smallest backlog (join the least-loaded path).
+
+    It reads only the queue backlogs of the observation (``obs[3:8]``: RSU uplink, RSU server, cellular
+    uplink, RSU backhaul, gNB-cloud link, in units of the deadline), not the task's size or the links'
+    rates, so unlike :class:`GreedyLatency` it knows no service time; unlike a fixed path it spreads the
+    load and does not saturate one resource.  Ties go to the lowest path index.
+    """
+
+    def act(self, obs: np.ndarray, info: dict[str, Any], rng: np.random.Generator) -> int:
+        """The path of least bottleneck backlog among the allowed ones."""
+        up, cpu, cell, backhaul, cloud = (float(b) for b in np.asarray(obs)[3:8])
+        loads = np.array([max(up, cpu), max(cell, cloud), max(up, backhaul, cloud)])
+        allowed = np.asarray(info["mask"], dtype=bool)
+        return int(np.argmin(np.where(allowed, loads, np.inf)))

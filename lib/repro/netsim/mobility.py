@@ -193,6 +193,24 @@ def generate_fleet(spec: CitySpec, seed: int) -> Fleet:
     return Fleet(positions=pos, is_bus=np.arange(n) < spec.buses, route_of=route_of, dt=spec.dt)
 
 
+def _intersections(spec: CitySpec) -> np.ndarray:
+    return np.array([(i, j) for i in range(spec.grid) for j in range(spec.grid)], dtype=float) * spec.block_m
+
+
+def _central(spec: CitySpec, xy: np.ndarray, centre_side_m: float) -> np.ndarray:
+    return np.asarray(np.all(np.abs(xy - spec.side_m / 2) <= centre_side_m / 2, axis=1))
+
+
+def rsu_room(spec: CitySpec, count: int, centre_share: float, centre_side_m: float = 1000.0) -> bool:
+    """Whether :func:`place_rsus` can place ``count`` RSUs on distinct intersections with ``centre_share`` central."""
+    xy = _intersections(spec)
+    if centre_share == 0.0:
+        return count <= len(xy)
+    central = int(_central(spec, xy, centre_side_m).sum())
+    n_centre = int(round(centre_share * count))
+    return n_centre <= central and count - n_centre <= len(xy) - central
+
+
 def place_rsus(spec: CitySpec, count: int, seed: int, centre_share: float = 0.0,
                centre_side_m: float = 1000.0) -> np.ndarray:
     """RSU positions on distinct intersections.
@@ -219,11 +237,10 @@ def place_rsus(spec: CitySpec, count: int, seed: int, centre_share: float = 0.0,
     if not 0.0 <= centre_share <= 1.0:
         raise ValueError(f"centre_share must lie in [0, 1], got {centre_share}")
     rng = np.random.default_rng(seed)
-    xy = np.array([(i, j) for i in range(spec.grid) for j in range(spec.grid)], dtype=float) * spec.block_m
+    xy = _intersections(spec)
     if centre_share == 0.0:
         return xy[rng.choice(len(xy), size=count, replace=False)]
-    mid = spec.side_m / 2
-    central = np.all(np.abs(xy - mid) <= centre_side_m / 2, axis=1)
+    central = _central(spec, xy, centre_side_m)
     n_centre = int(round(centre_share * count))
     inner = rng.choice(np.flatnonzero(central), size=n_centre, replace=False)
     outer = rng.choice(np.flatnonzero(~central), size=count - n_centre, replace=False)

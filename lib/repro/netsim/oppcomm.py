@@ -44,6 +44,10 @@ WAIT, CELL, RSU, RELAY = 0, 1, 2, 3
 ACTIONS = ("wait", "4G", "RSU", "relay")
 ENV_ID = "repro/OppComm-v0"
 CAPACITY_BINS = 3
+RSU_SEED_OFFSET = 7919
+"""The RSUs of mobility seed ``s`` are placed from seed ``s + RSU_SEED_OFFSET`` (see :func:`city_layout`)."""
+PHASE_SEED_OFFSET = 104729
+"""The devices' packet phases of mobility seed ``s`` are drawn from seed ``s + PHASE_SEED_OFFSET``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +160,29 @@ class EpisodeStats:
         return 100.0 * self.on_time / max(self.on_time + self.late + self.dropped, 1)
 
 
+@dataclass(frozen=True, kw_only=True)
+class CityLayout:
+    """The trajectories and RSUs of one mobility seed.
+
+    Attributes
+    ----------
+    positions
+        ``(steps, devices, 2)`` bus positions, one row per second.
+    rsu_xy
+        ``(rsus, 2)`` RSU positions.
+    """
+
+    positions: np.ndarray
+    rsu_xy: np.ndarray
+
+
+def city_layout(config: OppCommConfig, mob_seed: int) -> CityLayout:
+    """The buses' trajectories and the RSU placement that mobility seed ``mob_seed`` gives ``config``'s city."""
+    positions = generate_fleet(config.city, mob_seed).positions[:, : config.devices]
+    rsu_xy = place_rsus(config.city, config.rsus, mob_seed + RSU_SEED_OFFSET, config.rsu_centre_share)
+    return CityLayout(positions=positions, rsu_xy=rsu_xy)
+
+
 def _capacity_bin(free: np.ndarray, capacity: int) -> np.ndarray:
     return np.minimum((CAPACITY_BINS * free) // (capacity + 1), CAPACITY_BINS - 1).astype(int)
 
@@ -190,7 +217,7 @@ class OppCommEnv(gym.Env):
         mob_seed = int(self.np_random.integers(2**31)) if seed is None else int(seed)
         if mob_seed != self._fleet_seed:
             self._prepare_mobility(mob_seed)
-        rng = np.random.default_rng(mob_seed + 104729)
+        rng = np.random.default_rng(mob_seed + PHASE_SEED_OFFSET)
         self.phase = rng.integers(0, c.gen_interval_s, size=c.devices)
         self.t = 0
         self.buffers: list[list[int]] = [[] for _ in range(c.devices)]
@@ -202,8 +229,8 @@ class OppCommEnv(gym.Env):
     def _prepare_mobility(self, mob_seed: int) -> None:
         """Trajectories, RSUs and every slot's link geometry, computed once per mobility seed."""
         c = self.config
-        self.fleet = generate_fleet(c.city, mob_seed).positions[:, : c.devices]
-        self.rsu_xy = place_rsus(c.city, c.rsus, mob_seed + 7919, c.rsu_centre_share)
+        layout = city_layout(c, mob_seed)
+        self.fleet, self.rsu_xy = layout.positions, layout.rsu_xy
         coverage = CoverageIndex(self.rsu_xy, c.rsu_range_m)
         flat = self.fleet.reshape(-1, 2)
         shape = self.fleet.shape[:2]

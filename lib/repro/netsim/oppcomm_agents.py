@@ -4,6 +4,10 @@
 per-device (or shared) Q-tables on one mobility seed and returns their learning curve;
 :func:`evaluate` plays any policy, learned or heuristic, on a held-out mobility seed with the same
 environment and returns its 4G cost and latency compliance.
+
+Three cities per training seed ``s`` (``s`` below :data:`TEST_OFFSET`): agents train on city ``s``, a
+baseline's setting is chosen on the validation city ``s + VALIDATION_OFFSET``
+(:func:`choose_on_validation`), and every policy is judged on the test city ``s + TEST_OFFSET``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ from repro.checkpoints import trained
 from repro.netsim.mobility import CitySpec
 from repro.netsim.oppcomm import ACTIONS, OppCommConfig, OppCommEnv
 from repro.netsim.qlearning import QLearningConfig, TabularQ, env_rewards, play_episode
+
+TEST_OFFSET = 1000
+"""The test city of training seed ``s`` is mobility seed ``s + TEST_OFFSET`` (training seeds lie below it)."""
+VALIDATION_OFFSET = 2000
+"""The validation city of training seed ``s`` is mobility seed ``s + VALIDATION_OFFSET``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,3 +203,23 @@ def evaluate(
 def greedy_q(agent: TabularQ) -> Callable[[dict, dict, np.random.Generator], np.ndarray]:
     """The learned policy with exploration off."""
     return lambda obs, info, rng: agent.greedy(obs["state"], obs["mask"])
+
+
+def choose_on_validation(outcomes: dict[str, Outcome], max_late_percent: float) -> str:
+    """The setting with the largest 4G saving among those that kept late packets within ``max_late_percent``.
+
+    Where none did, the setting with the fewest late packets (ties: the larger saving).
+
+    Parameters
+    ----------
+    outcomes
+        Each candidate setting's outcome on the validation city.
+    max_late_percent
+        The latency bound a setting must keep.
+    """
+    if not outcomes:
+        raise ValueError("no candidate settings to choose from")
+    ok = {k: o for k, o in outcomes.items() if o.late_percent <= max_late_percent}
+    if ok:
+        return max(ok, key=lambda k: ok[k].saving_percent)
+    return min(outcomes, key=lambda k: (outcomes[k].late_percent, -outcomes[k].saving_percent))

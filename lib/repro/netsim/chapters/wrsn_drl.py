@@ -21,8 +21,8 @@ from repro.netsim.dqn import DQNConfig, checkpointed_dqn, greedy_actions, train_
 from repro.netsim.figures import learning_curves
 from repro.netsim.qcharging import Move, QCharging, inma
 from repro.netsim.wrsn import WRSNChargingEnv, WRSNConfig, nearest_request
-from repro.params import ChapterParams, require
 from repro.parallel import parallel_map
+from repro.params import ChapterParams, require
 from repro.results import Evidence
 
 HELD_OUT = 5000
