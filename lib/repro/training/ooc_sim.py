@@ -209,6 +209,8 @@ def greedy(
         )
         if _better(found, best):
             best = found
+    if best is None:
+        raise ValueError("no policy was searched (an empty chain or no allowed policy)")
     return best
 
 
@@ -228,4 +230,6 @@ def exhaustive(
         cand = _plan(blocks, pol, bandwidth, capacity, prefetch)
         if _better(cand, best):
             best = cand
+    if best is None:
+        raise ValueError("no policy was searched (an empty chain or no allowed policy)")
     return best

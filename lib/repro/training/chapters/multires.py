@@ -309,7 +309,9 @@ def curves_figure(results: Results) -> plt.Figure:
     for i, arm in enumerate(ARMS):
         r = first.arms[arm]
         mse = [p.val_mse for p in r.curve]
-        for ax, xs in zip(axes, ([p.seconds for p in r.curve], list(range(1, len(r.curve) + 1)))):
+        axis_values: tuple[list[float], list[float]] = ([p.seconds for p in r.curve],
+                                                       [float(e) for e in range(1, len(r.curve) + 1)])
+        for ax, xs in zip(axes, axis_values):
             ax.plot(xs, mse, marker=".", color=f"C{i}", label=arm)
             if r.switched_at:
                 ax.axvline(xs[r.switched_at - 1], color=f"C{i}", ls=":", lw=0.8)

@@ -205,7 +205,7 @@ class DiskCheck:
         return 100.0 * abs(self.predicted_s - self.measured_s) / self.measured_s
 
 
-def _median_time(fn: Callable[[], None], repeats: int, device: torch.device) -> float:
+def _median_time(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
     fn()
     ts = []
     for _ in range(repeats):

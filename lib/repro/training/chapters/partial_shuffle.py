@@ -356,8 +356,8 @@ def claims(results: Results) -> dict[str, Evidence | list[float]]:
     """Per-seed values of the chapter's claims, the accuracy claims with their arms and chance level."""
     q = results.params.claim_q
     skewed = [r for r in results.runs if r.scheme == "skewed"]
-    gs_bytes = {r.seed: np.mean(r.bytes_per_epoch) for r in skewed if r.q == 1.0}
-    pls_bytes = {r.seed: np.mean(r.bytes_per_epoch) for r in skewed if np.isclose(r.q, q)}
+    gs_bytes = {r.seed: float(np.mean(r.bytes_per_epoch)) for r in skewed if r.q == 1.0}
+    pls_bytes = {r.seed: float(np.mean(r.bytes_per_epoch)) for r in skewed if np.isclose(r.q, q)}
     return {
         "ls_gap_skewed": _arms(results, "skewed", 0.0),
         "pls_drop_skewed": _arms(results, "skewed", q),
