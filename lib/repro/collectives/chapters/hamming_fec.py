@@ -316,6 +316,18 @@ def acceptance_share(acc: pd.DataFrame, code: str = "hamming_secded") -> pd.Seri
     return 100.0 * rows.groupby("raw_ber").accepted.mean().sort_index()
 
 
+TABLE_EVERY = 4
+"""The silent-frames table shows every fourth BER of :func:`acceptance_bers` (every two decades) and the assumed one."""
+
+
+def silent_frames_table(results: Results) -> pd.DataFrame:
+    """Expected silently corrupted frames per run, per code and raw BER (rows) and kernel (columns)."""
+    acc, share, raw_ber = results.acceptability, results.share, results.params.raw_ber
+    shown = acc[acc.raw_ber.isin(share.index[::TABLE_EVERY].tolist() + [raw_ber])]
+    return (shown.assign(raw_ber=shown.raw_ber.map("{:.0e}".format))
+            .pivot_table(index=["code", "raw_ber"], columns="kernel", values="expected_silent", sort=False))
+
+
 def half_acceptance_ber(share: pd.Series) -> float:
     """The raw BER at which the share of accepting kernels falls through 50%, log-interpolated.
 

@@ -130,6 +130,11 @@ class Params(ChapterParams):
         require(not rdb_mpi or (self.nodes * self.k) & (self.nodes * self.k - 1) == 0, self,
                 ("nodes", "k", "algorithms"), "sparse_rdb needs a power-of-two number of ranks (nodes x k)")
 
+    @property
+    def dense_mib(self) -> float:
+        """MiB of one rank's vector at ``model_dim`` elements, dense (4-byte values)."""
+        return self.model_dim * 4 / 2**20
+
     def model(self) -> ClusterModel:
         """The cluster of the run."""
         return ClusterModel(nodes=self.nodes, k=self.k, nvlink_gbs=self.nvlink_gbs, pcie_gbs=self.pcie_gbs,

@@ -292,7 +292,8 @@ def claims(results: Results) -> dict[str, list[float] | Evidence]:
 def latency_model(results: Results, latencies_ms: tuple[float, ...] = LATENCY_SWEEP_MS) -> pd.DataFrame:
     """Epoch time of the synchronous loader and of the paper's method against the storage latency, modelled.
 
-    The model keeps what the run measured at its smallest latency (each strategy's time per epoch outside
+    The run's own latencies are always among those evaluated.  The model keeps what the run measured at
+    its smallest latency (each strategy's time per epoch outside
     waiting for data, ``C``, and its reads per epoch, ``n``) and moves only the latency ``L`` of a read of
     ``b`` bytes at bandwidth ``B``, ``r = L + b / B``: a loader without the I/O thread takes ``C + n r``; with
     double buffering ``r + n max(r, C / n)`` (only the first read is exposed while training is slower).
@@ -304,6 +305,7 @@ def latency_model(results: Results, latencies_ms: tuple[float, ...] = LATENCY_SW
         synchronous loader).
     """
     prm, df = results.params, results.table
+    latencies_ms = tuple(sorted({*latencies_ms, *prm.latencies_ms}))
     method = best_async(df)
     fast = df[df.latency == df.latency.min()]
     per_rank = fast.groupby(["strategy", "seed", "epoch", "rank"])[["compute_s", "ops"]].first()

@@ -63,6 +63,11 @@ class Params(ChapterParams):
                 "every rank needs at least one tile of the block-cyclic decomposition")
         require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
 
+    @property
+    def pair_mib(self) -> float:
+        """MiB of one float32 and one float64 variable (the workload alternates them)."""
+        return self.rows * self.cols * (4 + 8) / 2**20
+
     def workload(self) -> WorkloadConfig:
         """The synthetic workload of the run."""
         return WorkloadConfig(shape=(self.rows, self.cols), chunk=(self.chunk_rows, self.chunk_cols),
