@@ -17,7 +17,6 @@ the gloo check stays on the CPU, since it checks the simulator's arithmetic.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
@@ -30,7 +29,7 @@ from repro.parallel import parallel_map
 from repro.params import ChapterParams, require
 from repro.results import Evidence
 from repro.training import shuffling
-from repro.training.data import Split, synthetic_classification
+from repro.training.data import Split, split_sizes, synthetic_classification
 from repro.training.distributed import GroupedJob, ModelSpec, grouped_sgd_rank
 from repro.training.launcher import launch
 from repro.training.simulator import ReplicaBank, SGDConfig, Topology, evaluate, make_optimizer, run_grouped, warmup_schedule
@@ -46,8 +45,8 @@ FULL_MIX_SCHEMES = ("iid",)
 
 
 def train_size(n_samples: int) -> int:
-    """Training samples of a generated set of ``n_samples`` (the stratified split holds out ``ceil(0.2 n)``)."""
-    return n_samples - math.ceil(TEST_FRACTION * n_samples)
+    """Training samples of a generated set of ``n_samples`` (the stratified split holds out the test share)."""
+    return split_sizes(n_samples, TEST_FRACTION)[0]
 
 
 @dataclass(frozen=True, kw_only=True)
