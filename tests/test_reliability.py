@@ -107,10 +107,10 @@ def test_run_refuses_corrupted_declared_data_before_the_kernel(data_root, corrup
     ch = REG.get("fedlama")
     assert "fashion_mnist" in ch.datasets
     corrupt(data_root / "data" / "fashion_mnist" / "train_y.npy")
-    t0 = time.monotonic()
     proc = _cli(["run", "fedlama", "--profile", "smoke"], data_root)
     assert proc.returncode == 2 and "dataset 'fashion_mnist'" in proc.stderr and "train_y.npy" in proc.stderr
-    assert time.monotonic() - t0 < 60 and not (data_root / "results").exists()
+    # refused in the plan: no kernel started, so nothing was staged or published (no timing: a loaded machine is slow)
+    assert not (data_root / "results").exists() and not (data_root / "build" / "staging").exists()
 
 
 def test_input_fingerprint_includes_declared_data(data_root, monkeypatch, corrupt):

@@ -97,7 +97,7 @@ def verify_checkpoints(folder: Path, recorded: Mapping[str, str] | None) -> None
                                       f"from the {recorded[name][:12]}... recorded when it was saved")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Trained(Generic[Model]):
     """A model, trained now or loaded from its checkpoint.
 
@@ -152,14 +152,14 @@ def trained(folder: str | Path | None, name: str, reuse: bool, train: Callable[[
         if reuse:
             raise ValueError("reuse_checkpoints needs the run's checkpoint folder")
         model, extras = train()
-        return Trained(model, extras, None, False)
+        return Trained(model=model, extras=extras, path=None, reused=False)
     path = Path(folder) / name
     if reuse:
         missing = [p for p in (path, extras_path(path)) if not p.is_file()]
         if missing:
             raise FileNotFoundError(f"reuse_checkpoints: {missing[0]} is missing; run once with reuse_checkpoints=false")
-        return Trained(load(path), json.loads(extras_path(path).read_text()), path, True)
+        return Trained(model=load(path), extras=json.loads(extras_path(path).read_text()), path=path, reused=True)
     model, extras = train()
     saved = save(model, path)
     atomic.write_json(extras_path(saved), extras)
-    return Trained(model, extras, saved, False)
+    return Trained(model=model, extras=extras, path=saved, reused=False)

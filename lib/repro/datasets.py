@@ -31,7 +31,7 @@ _FMNIST_FILES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Dataset:
     """A supervised dataset split into train and test arrays.
 
@@ -146,7 +146,14 @@ def load_fashion_mnist(n_train: int | None = None, n_test: int | None = None, se
     arrs = {k: np.load(root / f"{k}.npy") for k in _FMNIST_FILES}
     xtr, ytr = _subsample(arrs["train_x"], arrs["train_y"], n_train, seed)
     xte, yte = _subsample(arrs["test_x"], arrs["test_y"], n_test, seed + 1)
-    return Dataset("fashion_mnist", _flat_pixels(xtr), ytr.astype(np.int64), _flat_pixels(xte), yte.astype(np.int64), 10)
+    return Dataset(
+        name="fashion_mnist",
+        x_train=_flat_pixels(xtr),
+        y_train=ytr.astype(np.int64),
+        x_test=_flat_pixels(xte),
+        y_test=yte.astype(np.int64),
+        num_classes=10,
+    )
 
 
 def _flat_pixels(images: np.ndarray) -> np.ndarray:
@@ -166,7 +173,7 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0, n_train: int | None =
     y = d.target.astype(np.int64)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_fraction, stratify=y, random_state=seed)
     xtr, ytr = _subsample(xtr, ytr, n_train, seed)
-    return Dataset("digits", xtr, ytr, xte, yte, 10)
+    return Dataset(name="digits", x_train=xtr, y_train=ytr, x_test=xte, y_test=yte, num_classes=10)
 
 
 def load(name: str, n_train: int | None = None, seed: int = 0) -> Dataset:

@@ -129,7 +129,7 @@ class RunError(RuntimeError):
     """The chapter's notebook failed; the message names the failing notebook."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """A validated run, before anything executes."""
 
@@ -261,8 +261,8 @@ def plan(chapter_id: str, profile: str = params.DEFAULT_PROFILE, overrides: list
     values = params.resolve(chapter, profile, parsed)
     for name in chapter.datasets:
         datasets.verify(name)
-    return Plan(chapter, profile, values, expected_seconds(chapter_id, profile),
-                checkpoint_source(chapter, profile, values))
+    return Plan(chapter=chapter, profile=profile, values=values, expected_s=expected_seconds(chapter_id, profile),
+                checkpoints_from=checkpoint_source(chapter, profile, values))
 
 
 def strip_volatile(nb: dict[str, Any]) -> dict[str, Any]:
@@ -561,7 +561,7 @@ def verdict_counts(record: dict[str, Any] | None) -> dict[str, int]:
     return counts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChapterOutcome:
     """What :func:`run_stale` did with one chapter."""
 
@@ -590,13 +590,25 @@ def run_stale(chapters: list[Chapter], profile: str) -> list[ChapterOutcome]:
         bar.set_postfix_str(ch.id)
         rec = results.load_result(ch.id, profile)
         if rec is not None and status(ch)[profile]["state"] == "fresh":
-            outcome = ChapterOutcome(ch.id, profile, "fresh", rec["run"]["wall_time_s"], verdict_counts(rec))
+            outcome = ChapterOutcome(
+                chapter=ch.id,
+                profile=profile,
+                action="fresh",
+                wall_time_s=rec["run"]["wall_time_s"],
+                verdicts=verdict_counts(rec),
+            )
         else:
             try:
                 rec = execute(plan(ch.id, profile))
-                outcome = ChapterOutcome(ch.id, profile, "ran", rec["run"]["wall_time_s"], verdict_counts(rec))
+                outcome = ChapterOutcome(
+                    chapter=ch.id,
+                    profile=profile,
+                    action="ran",
+                    wall_time_s=rec["run"]["wall_time_s"],
+                    verdicts=verdict_counts(rec),
+                )
             except RunError as exc:
-                outcome = ChapterOutcome(ch.id, profile, "failed", None, {"error": 1})
+                outcome = ChapterOutcome(chapter=ch.id, profile=profile, action="failed", wall_time_s=None, verdicts={"error": 1})
                 bar.write(f"{ch.id}: {str(exc).splitlines()[0]}")
         bar.write(outcome.line())
         out.append(outcome)

@@ -114,7 +114,7 @@ def log_tail(path: Path, chars: int = LOG_TAIL) -> str:
         return ""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FlowerProcess:
     """One Flower process this module started: its role, command line, log file and handle."""
 
@@ -190,7 +190,7 @@ def stop_all(processes: Sequence[FlowerProcess], grace: float = STOP_GRACE) -> N
             proc.popen.wait(timeout=5.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SuperLinkAddress:
     """Where a SuperLink listens, and how to reach it.
 
@@ -212,13 +212,13 @@ class SuperLinkAddress:
         host, sep, port = address.rpartition(":")
         if not sep or not port.isdigit():
             raise ValueError(f"a SuperLink address must be HOST:PORT, got {address!r}")
-        return cls(host, int(port), root_certificates)
+        return cls(host=host, port=int(port), root_certificates=root_certificates)
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LocalDeployment:
     """A SuperLink and ``num_nodes`` SuperNodes on 127.0.0.1, as separate processes; a context manager.
 
@@ -236,7 +236,7 @@ class LocalDeployment:
 
     Examples
     --------
-    >>> with LocalDeployment(2) as dep:                       # doctest: +SKIP
+    >>> with LocalDeployment(num_nodes=2) as dep:                      # doctest: +SKIP
     ...     run_server_main(main, client_app, dep.address, dep.home)
     """
 
@@ -268,22 +268,22 @@ class LocalDeployment:
         assert self.home is not None
         env = {**flower_env(self.home), DEPLOYMENT_ENV: self.marker}
         port = free_port()
-        self.address = SuperLinkAddress("127.0.0.1", port)
-        link = FlowerProcess("flower-superlink", [
+        self.address = SuperLinkAddress(host="127.0.0.1", port=port)
+        link = FlowerProcess(role="flower-superlink", command=[
             flower_command("flower-superlink"), "--insecure", "--isolation", "subprocess",
             "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(port)],
-            self.home / "superlink.log")
+            log=self.home / "superlink.log")
         self.processes.append(link)
         link.start(env, self.home)
         link.wait_listening(port, self.startup_timeout)
         nodes = []
         for pid in range(self.num_nodes):
             node_port = free_port()
-            node = FlowerProcess(f"flower-supernode (partition-id={pid})", [
+            node = FlowerProcess(role=f"flower-supernode (partition-id={pid})", command=[
                 flower_command("flower-supernode"), "--insecure", "--superlink", str(self.address),
                 "--isolation", "subprocess", "--host", "127.0.0.1", "--port", str(node_port),
                 "--node-config", f"partition-id={pid} num-partitions={self.num_nodes}"],
-                self.home / f"supernode-{pid}.log")
+                log=self.home / f"supernode-{pid}.log")
             self.processes.append(node)
             node.start(env, self.home)
             nodes.append((node, node_port))
@@ -512,7 +512,7 @@ def run_deployed(main: ServerMain, client: ClientApp, num_nodes: int, carried: S
     if remote:
         run_on(SuperLinkAddress.parse(remote, os.environ.get(SUPERLINK_CA_ENV)), None)
         return
-    with LocalDeployment(num_nodes) as dep:
+    with LocalDeployment(num_nodes=num_nodes) as dep:
         assert dep.address is not None
         run_on(dep.address, dep)
 

@@ -57,7 +57,7 @@ class RankFailed(RuntimeError):
         self.cause = cause
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupLayout:
     """A rank's place in ``num_groups`` groups of ``group_size`` consecutive ranks.
 
@@ -84,7 +84,7 @@ class GroupLayout:
     inter: Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankContext:
     """What a launched function receives: its rank, the world size and the optional group layout."""
 
@@ -93,7 +93,7 @@ class RankContext:
     layout: GroupLayout | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Outcome:
     rank: int
     ok: bool
@@ -134,7 +134,14 @@ def build_layout(rank: int, world_size: int, group_size: int) -> GroupLayout:
         pg = dist.new_group([g * group_size + s for g in range(num_groups)])
         if rank % group_size == s:
             inter = pg
-    return GroupLayout(num_groups, group_size, rank // group_size, rank % group_size, intra, inter)
+    return GroupLayout(
+        num_groups=num_groups,
+        group_size=group_size,
+        group_index=rank // group_size,
+        index_in_group=rank % group_size,
+        intra=intra,
+        inter=inter,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,10 +164,10 @@ def _rank_main(rank: int, job: _RankJob, results: Any) -> None:
         dist.init_process_group("gloo", init_method=f"file://{job.store_file}", rank=rank, world_size=job.world_size,
                                 timeout=datetime.timedelta(seconds=max(job.timeout_s, RENDEZVOUS_TIMEOUT_S)))
         layout = build_layout(rank, job.world_size, job.group_size) if job.group_size else None
-        value = job.fn(RankContext(rank, job.world_size, layout), *job.args)
-        results.put(_Outcome(rank, True, value=value))
+        value = job.fn(RankContext(rank=rank, world_size=job.world_size, layout=layout), *job.args)
+        results.put(_Outcome(rank=rank, ok=True, value=value))
     except BaseException:  # noqa: BLE001 - every failure must reach the parent with its traceback
-        results.put(_Outcome(rank, False, error=traceback.format_exc()))
+        results.put(_Outcome(rank=rank, ok=False, error=traceback.format_exc()))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
