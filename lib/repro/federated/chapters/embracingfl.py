@@ -1,38 +1,43 @@
 """The EmbracingFL chapter: partial training of output-side layers against width reduction, over client mixes.
 
-:class:`EmbracingRun` is one seeded run, :func:`run` executes it and
-returns its record.  A :class:`Comparison` holds what every run shares;
-:func:`tune` runs every method at every value of one learning-rate grid on
-a tuning seed and keeps, per method, the value whose final model scores
+:class:`Params` holds the chapter's parameters and builds the
+:class:`Comparison` (what every run shares).  :func:`run` first runs every
+method at every value of one learning-rate grid on a tuning seed, in the
+weak-heavy mix, and keeps, per method, the value whose final model scores
 best on held-out training samples (``TaskSpec.validation_share``, never the
-test set; :mod:`repro.federated.tuning`); :func:`sweep` runs every method,
-client mix and seed at its chosen rate, and :func:`claims` turns the
-records into the ledger's per-seed values; the figures and tables are the
-chapter's own.
+test set; :func:`tune`, :mod:`repro.federated.tuning`); then every method,
+client mix and seed at its chosen rate (one :class:`EmbracingRun` each,
+through :func:`run_one` into an :class:`EmbracingRecord`).  It returns the
+:class:`Results`, and :func:`claims` the ledger's evidence in the weak-heavy
+mix; the figures and tables are the chapter's own.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import ClassVar, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from flwr.clientapp import ClientApp
+from matplotlib.figure import Figure
 
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import RunSummary
-from repro.federated.figures import accuracy_band, mean_sd, seed_sd
+from repro.federated.figures import accuracy_band, mean_sd, seed_sd, tuning_table
 from repro.federated.fjord import AUTHORS_DISTILLATION, SelfDistillation, make_fjord_client_app
 from repro.federated.heterofl import WidthReduced, make_heterofl_client_app, sub_spec
 from repro.federated.partial import PartialTraining, make_partial_client_app
-from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
+from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
 from repro.federated.strategies import SeededFedAvg
-from repro.federated.task import TaskSpec, build_model
+from repro.federated.task import TaskSpec, available_train, build_model, majority_accuracy
 from repro.federated.tiers import Tier, assign_tiers, count_step, linear_layers, step_memory
-from repro.federated.tuning import Choice, best_settings, validation_accuracy
+from repro.federated.tuning import Choice, best_settings, chosen, validation_accuracy
+from repro.params import ChapterParams, require
+from repro.results import Evidence
 
 METHODS = ("all_strong", "strong_only", "heterofl", "fjord", "embracingfl")
 LABELS = {"all_strong": "FedAvg, all clients strong", "strong_only": "FedAvg, strong clients only",
@@ -151,20 +156,33 @@ def build_strategy(job: EmbracingRun) -> tuple[SeededFedAvg, ClientApp]:
     return WidthReduced(k, local, tiers, seed=job.seed, ordered_dropout=fjord), app
 
 
-def run(job: EmbracingRun) -> dict[str, Any]:
-    """Run ``job``; the record is :func:`repro.federated.runs.summary_record`'s with the mix, ``comm`` and validation.
+@dataclass(frozen=True, kw_only=True)
+class EmbracingRecord(RunRecord):
+    """One run's record: :class:`RunRecord`'s fields (``setting`` is the learning rate) and these.
 
-    ``comm`` counts the scalars moved, both directions; ``validation_accuracy`` is
-    :func:`repro.federated.tuning.validation_accuracy` of the final global model (NaN when the task holds no
-    samples out).
+    Attributes
+    ----------
+    strong_share
+        The mix's share of strong clients (1 for all-strong FedAvg).
+    comm
+        Scalars moved, both directions.
+    validation_accuracy
+        The final global model's accuracy on the held-out samples (NaN when the task holds none out).
     """
+
+    strong_share: float = math.nan
+    comm: float = math.nan
+    validation_accuracy: float = math.nan
+
+
+def run_one(job: EmbracingRun) -> EmbracingRecord:
+    """Run ``job`` on Flower's in-process engine and record it."""
     strategy, app = build_strategy(job)
     hist = job.simulate(strategy, app)
     assert strategy.comm is not None and hist.final_arrays is not None
-    valid = validation_accuracy(job.spec, hist.final_arrays) if job.spec.validation_share > 0 else float("nan")
-    return summary_record(
-        job, RunSummary.of(hist), strong_share=job.strong_share, comm=strategy.comm.total, validation_accuracy=valid
-    )
+    valid = validation_accuracy(job.spec, hist.final_arrays) if job.spec.validation_share > 0 else math.nan
+    return EmbracingRecord.of(job, RunSummary.of(hist), strong_share=job.strong_share, comm=float(strategy.comm.total),
+                              validation_accuracy=valid)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,13 +248,91 @@ class Comparison:
 RUN_COLUMNS = ("method", "setting", "strong_share", "seed", "accuracy", "budget_accuracy", "validation_accuracy", "comm")
 
 
-def tune(
-    comparison: Comparison, mix: tuple[float, float], lrs: Sequence[float], seed: int, workers: int = 1
-) -> tuple[tuple[Choice, ...], pd.DataFrame]:
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``embracingfl.yaml``)."""
+
+    dataset: str
+    n_train: int
+    validation_share: float
+    num_clients: int
+    active_clients: int
+    alpha: float
+    hidden: tuple[int, ...]
+    moderate_layers: int
+    weak_layers: int
+    moderate_width: float
+    weak_width: float
+    heterofl_scaler: bool
+    heterofl_masked_ce: bool
+    fjord_self_distillation: bool
+    strong_shares: tuple[float, ...]
+    moderate_shares: tuple[float, ...]
+    steps: int
+    rounds: int
+    batch_size: int
+    lrs: tuple[float, ...]
+    momentum: float
+    tuning_seed: int
+    seeds: tuple[int, ...]
+    workers: int
+    device: str
+    eval_every: int
+
+    def checks(self) -> None:
+        """Refuse the impossible combinations before any run starts."""
+        require(len(self.strong_shares) == len(self.moderate_shares), self, ("strong_shares", "moderate_shares"),
+                "give one moderate share per strong share")
+        require(all(s + m <= 1.0 for s, m in zip(self.strong_shares, self.moderate_shares)), self,
+                ("strong_shares", "moderate_shares"), "strong + moderate shares must not exceed 1 in any mix")
+        require(all(round(s * self.num_clients) >= 1 for s in self.strong_shares), self, ("strong_shares", "num_clients"),
+                "every mix needs at least one strong client")
+        require(1 <= self.weak_layers <= self.moderate_layers <= len(self.hidden) + 1, self,
+                ("weak_layers", "moderate_layers", "hidden"), "need 1 <= weak_layers <= moderate_layers <= number of layers")
+        require(self.weak_width <= self.moderate_width, self, ("weak_width", "moderate_width"),
+                "a weak client's width must not exceed a moderate client's")
+        require(self.active_clients <= self.num_clients, self, ("active_clients", "num_clients"),
+                "active_clients must not exceed num_clients")
+        dealt = int(available_train(self.dataset, self.n_train) * (1.0 - self.validation_share))
+        require(dealt >= 2 * self.num_clients, self, ("dataset", "n_train", "validation_share", "num_clients"),
+                "the split needs at least 2 training samples per client after the validation share")
+        require(self.tuning_seed not in self.seeds, self, ("tuning_seed", "seeds"), "the tuning seed must not be a reported seed")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
+        require(len(set(self.lrs)) == len(self.lrs), self, "lrs", "the learning rates of the grid must be distinct")
+
+    def spec(self) -> TaskSpec:
+        """The task: the dataset over the clients by a Dirichlet label skew, a validation share held out."""
+        return TaskSpec(dataset=self.dataset, num_clients=self.num_clients, scheme="dirichlet", alpha=self.alpha,
+                        hidden=self.hidden, model="mlp", n_train=self.n_train, data_seed=0,
+                        validation_share=self.validation_share)
+
+    def plan(self) -> TierPlan:
+        """The tiers: layers trained under partial training, widths under width reduction."""
+        return TierPlan(layers=len(self.hidden) + 1, moderate_layers=self.moderate_layers, weak_layers=self.weak_layers,
+                        moderate_width=self.moderate_width, weak_width=self.weak_width)
+
+    def mixes(self) -> list[tuple[float, float]]:
+        """The ``(strong, moderate)`` shares of every client mix."""
+        return list(zip(self.strong_shares, self.moderate_shares))
+
+    def weak_heavy(self) -> tuple[float, float]:
+        """The mix with the fewest strong clients: the claims' and the tuning's."""
+        return min(self.mixes())
+
+    def comparison(self) -> Comparison:
+        """What every run shares."""
+        return Comparison(spec=self.spec(), sgd=LocalSGD(batch_size=self.batch_size, lr=self.lrs[0], momentum=self.momentum),
+                          plan=self.plan(), steps=self.steps, rounds=self.rounds, active_clients=self.active_clients,
+                          eval_every=self.eval_every, device=self.device,
+                          baselines=WidthBaselines.of(self.heterofl_scaler, self.fjord_self_distillation,
+                                                      self.heterofl_masked_ce))
+
+
+def tune(params: Params) -> tuple[tuple[Choice, ...], pd.DataFrame]:
     """Every method's learning rate: the grid value whose final model scores best on the held-out samples.
 
-    Every method runs at every value of ``lrs`` in ``mix`` on the tuning ``seed`` (a seed the sweep does not
-    report); :func:`repro.federated.tuning.best_settings` picks the value with the best
+    Every method runs at every value of ``lrs`` in the weak-heavy mix on the tuning seed (a seed no claim
+    reports); :func:`repro.federated.tuning.best_settings` picks the value with the best
     :data:`TUNING_METRIC` (the smallest on ties).  A one-value grid runs nothing and chooses it.
 
     Returns
@@ -246,33 +342,56 @@ def tune(
     runs : DataFrame
         The tuning runs, :data:`RUN_COLUMNS` (empty for a one-value grid).
     """
-    grid = sorted(float(v) for v in lrs)
+    grid = tuple(sorted(float(v) for v in params.lrs))
     if len(grid) == 1:
-        return tuple(Choice(method=m, value=grid[0], score=float("nan"), grid=tuple(grid)) for m in METHODS), pd.DataFrame(
-            columns=RUN_COLUMNS
-        )
-    if comparison.spec.validation_share <= 0:
-        raise ValueError("parameter 'comparison': tuning needs held-out samples (spec.validation_share > 0)")
-    done = execute(run, comparison.jobs({m: grid for m in METHODS}, [mix], [seed], workers), workers, desc="EmbracingFL tuning")
-    runs = pd.DataFrame([{c: r[c] for c in RUN_COLUMNS} for r in done])
+        return (tuple(Choice(method=m, value=grid[0], score=math.nan, grid=grid) for m in METHODS),
+                pd.DataFrame(columns=list(RUN_COLUMNS)))
+    jobs = params.comparison().jobs({m: grid for m in METHODS}, [params.weak_heavy()], [params.tuning_seed], params.workers)
+    runs = records_frame(execute(run_one, jobs, params.workers, desc="EmbracingFL tuning"), RUN_COLUMNS)
     return best_settings(runs, TUNING_METRIC), runs
 
 
-def sweep(
-    comparison: Comparison, mixes: list[tuple[float, float]], seeds: list[int], lr_of: dict[str, float], workers: int = 1
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every method on every client mix and seed at its rate ``lr_of[method]`` (all-strong FedAvg once per seed).
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What the chapter's comparison produced.
 
-    Returns
-    -------
-    final : DataFrame
-        One row per run: :data:`RUN_COLUMNS` (``setting`` is the learning rate).
-    curves : DataFrame
+    Attributes
+    ----------
+    final
+        One row per reported run: :data:`RUN_COLUMNS` (``setting`` is the learning rate).
+    curves
         ``method, strong_share, seed, round, accuracy`` at every evaluation.
+    choices, tuning
+        The learning rate each method kept, and the tuning runs.
+    mixes, weak_heavy
+        The ``(strong, moderate)`` shares of every mix, and the claims' mix (the fewest strong clients).
+    memory
+        :func:`memory_table`'s table.
+    trivial
+        Test accuracy of always predicting the majority class (percent): the task's trivial level.
     """
-    jobs = comparison.jobs({m: [lr_of[m]] for m in METHODS}, mixes, seeds, workers)
-    done = execute(run, jobs, workers, desc="EmbracingFL comparison")
-    return run_tables(done, RUN_COLUMNS, keys=("method", "strong_share", "seed"))
+
+    final: pd.DataFrame
+    curves: pd.DataFrame
+    choices: tuple[Choice, ...]
+    tuning: pd.DataFrame
+    mixes: tuple[tuple[float, float], ...]
+    weak_heavy: tuple[float, float]
+    memory: pd.DataFrame
+    trivial: float
+
+
+def run(params: Params) -> Results:
+    """Tune every method's rate in the weak-heavy mix, then every method, mix and seed at its rate."""
+    choices, tuning = tune(params)
+    lr = chosen(choices)
+    jobs = params.comparison().jobs({m: [lr[m]] for m in METHODS}, params.mixes(), params.seeds, params.workers)
+    done = execute(run_one, jobs, params.workers, desc="EmbracingFL comparison")
+    spec = params.spec()
+    return Results(final=records_frame(done, RUN_COLUMNS), curves=curves_frame(done, ("method", "strong_share", "seed")),
+                   choices=choices, tuning=tuning, mixes=tuple(params.mixes()), weak_heavy=params.weak_heavy(),
+                   memory=memory_table(spec, params.plan(), params.batch_size, params.momentum),
+                   trivial=majority_accuracy(spec))
 
 
 def mix_rows(final: pd.DataFrame, strong_share: float) -> pd.DataFrame:
@@ -280,18 +399,36 @@ def mix_rows(final: pd.DataFrame, strong_share: float) -> pd.DataFrame:
     return final[(final.strong_share == strong_share) | (final.method == "all_strong")]
 
 
-def claims(final: pd.DataFrame, strong_share: float) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims in the mix with ``strong_share`` strong clients."""
-    rows = mix_rows(final, strong_share)
-    acc = {m: rows[rows.method == m].set_index("seed").budget_accuracy for m in METHODS}
+def accuracies(results: Results, strong_share: float) -> dict[str, pd.Series]:
+    """Every method's accuracy at the budget in the mix with ``strong_share`` strong clients, indexed by seed."""
+    rows = mix_rows(results.final, strong_share)
+    return {m: rows[rows.method == m].set_index("seed").budget_accuracy for m in METHODS}
+
+
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """The ledger's evidence in the weak-heavy mix: EmbracingFL against each method per seed, with both arms."""
+    acc = accuracies(results, results.weak_heavy[0])
     seeds = sorted(acc["embracingfl"].index)
     e = acc["embracingfl"]
+
+    def evidence(values: list[float], base: str) -> Evidence:
+        return Evidence(values=values, trivial=results.trivial,
+                        arms={m: [float(acc[m][s]) for s in seeds] for m in ("embracingfl", base)})
+
     return {
-        "gap_to_all_strong": [float(acc["all_strong"][s] - e[s]) for s in seeds],
-        "gain_vs_heterofl": [float(e[s] - acc["heterofl"][s]) for s in seeds],
-        "gain_vs_fjord": [float(e[s] - acc["fjord"][s]) for s in seeds],
-        "gain_vs_strong_only": [float(e[s] - acc["strong_only"][s]) for s in seeds],
+        "gap_to_all_strong": evidence([float(acc["all_strong"][s] - e[s]) for s in seeds], "all_strong"),
+        "gain_vs_heterofl": evidence([float(e[s] - acc["heterofl"][s]) for s in seeds], "heterofl"),
+        "gain_vs_fjord": evidence([float(e[s] - acc["fjord"][s]) for s in seeds], "fjord"),
+        "gain_vs_strong_only": evidence([float(e[s] - acc["strong_only"][s]) for s in seeds], "strong_only"),
     }
+
+
+def tuning_summary(results: Results) -> pd.DataFrame:
+    """Per method: validation and test accuracy at every rate on the tuning seed, and the rate kept."""
+    if results.tuning.empty:
+        return pd.DataFrame({"method": [LABELS[c.method] for c in results.choices],
+                             "chosen on validation": [f"{c.value:g} (the only value)" for c in results.choices]})
+    return tuning_table(results.tuning, results.choices, LABELS, metric=TUNING_METRIC)
 
 
 # ----- memory of the tiers -------------------------------------------------------------------
@@ -329,13 +466,15 @@ def memory_table(spec: TaskSpec, plan: TierPlan, batch_size: int, momentum: floa
 
 
 # ----- figures and tables ----------------------------------------------------------------------
-def accuracy_curves(curves: pd.DataFrame, strong_shares: list[float]) -> plt.Figure:
+def accuracy_curves(results: Results) -> Figure:
     """Test accuracy against rounds per method, one panel per client mix (mean over seeds, band min to max)."""
+    curves, strong_shares = results.curves, [s for s, _ in results.mixes]
     fig, axes = plt.subplots(1, len(strong_shares), figsize=(5.4 * len(strong_shares), 3.8), squeeze=False, sharey=True)
     for ax, share in zip(axes[0], strong_shares):
         sel = mix_rows(curves, share)
         for m in METHODS:
             accuracy_band(ax, sel[sel.method == m], None, COLOURS[m], LABELS[m])
+        ax.axhline(results.trivial, color="k", lw=0.8, ls=":")
         ax.set_title(f"{share:.0%} strong clients")
         ax.set_xlabel("round")
     axes[0][0].set_ylabel("test accuracy (%)")
@@ -345,8 +484,9 @@ def accuracy_curves(curves: pd.DataFrame, strong_shares: list[float]) -> plt.Fig
     return fig
 
 
-def accuracy_bars(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> plt.Figure:
+def accuracy_bars(results: Results) -> Figure:
     """The miniature of the paper's main table: accuracy per method and client mix (mean, error bar = sd)."""
+    final, mixes = results.final, results.mixes
     fig, ax = plt.subplots(figsize=(9.5, 3.8))
     width = 0.8 / len(METHODS)
     for j, m in enumerate(METHODS):
@@ -374,8 +514,9 @@ def accuracy_bars(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> plt.
     return fig
 
 
-def summary_table(final: pd.DataFrame, mixes: list[tuple[float, float]]) -> pd.DataFrame:
+def summary_table(results: Results) -> pd.DataFrame:
     """Learning rate, accuracy (mean ± sd over seeds) per method and mix, and communication relative to all-strong FedAvg."""
+    final, mixes = results.final, results.mixes
     base = final[final.method == "all_strong"].set_index("seed").comm
     rows = []
     for strong, moderate in mixes:
