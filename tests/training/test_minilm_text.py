@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from repro.training.chapters import gem
 from repro.training.minilm_text import N_CLASSES, NEGATIVE, POSITIVE, TOPIC_NOUNS, encode, minilm_classifier, templated_task
 from repro.training.sparse_ft import GradientMask, bitfit, build_masks, lora_model
 
@@ -92,3 +93,21 @@ def test_bitfit_on_minilm_changes_only_biases_and_head():
     changed = _changed(model, before)
     assert changed and all(n.endswith("bias") or n.startswith("head.") for n in changed)
     assert any(n.startswith("encoder.") for n in changed)
+
+
+def test_gem_on_minilm_masks_only_the_query_and_value_weights():
+    """The authors' GEM (GEM_PEFT 590f44c) masks q_proj and v_proj only; the rest of the encoder stays frozen."""
+    tokenizer, model = minilm_classifier(N_CLASSES, seed=2)
+    x, y = _batch(tokenizer)
+    task = gem.Split(x_train=x, y_train=y, x_val=x, y_val=y, x_test=x, y_test=y)
+    setup = gem.TextSetup(steps=1, batch_size=4, calibration_batches=1, lora_rank=2, head_lr=1e-3, sentences=4,
+                          max_tokens=MAX_TOKENS, lr_full=3e-5, lr_sparse=1e-3)
+    job = gem.FtJob(setup=setup, method="GEM", budget_percent=0.1, seed=0, lr=1e-3)
+    before = _snapshot(model)
+    prepared, masks = gem.prepare(model, "head", task, job, gem.MINILM_TARGETS)
+    assert masks and all(n.endswith(gem.MINILM_TARGETS) for n in masks)
+    total = sum(p.numel() for p in model.parameters())
+    assert sum(int(m.sum()) for m in masks.values()) == round(0.001 * total)
+    _step(prepared, x, y)
+    changed = _changed(prepared, before)
+    assert changed and all(n.endswith(gem.MINILM_TARGETS) or n.startswith("head.") for n in changed)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 from torch import nn
 
@@ -11,6 +14,7 @@ from repro.training.sparse_ft import (
     allocate,
     bitfit,
     build_masks,
+    gem_layer_score,
     layer_entropy,
     lora_model,
     score,
@@ -44,7 +48,7 @@ def _body(model):
 
 def test_allocation_sums_to_budget_and_respects_layer_sizes():
     sizes, ent = [10, 1000, 50, 5], [2.0, 1.0, 0.0, 3.0]
-    for rule in ("entropy", "entropy_only", "uniform"):
+    for rule in ("gem", "entropy", "entropy_only", "uniform"):
         for budget in (0, 7, 100, 900, 1065, 5000):
             k = allocate(sizes, ent, budget, rule)
             assert all(0 <= a <= n for a, n in zip(k, sizes))
@@ -101,3 +105,39 @@ def test_bitfit_and_lora_trainable_counts():
     assert trainable == 2 * (6 + 16) + 2 * (16 + 8) + (8 * 3 + 3)
     x, _ = _data()
     torch.testing.assert_close(lora(x), _model()(x))  # LoRA's B starts at zero: the wrapped model is unchanged
+
+
+def test_calibration_gradients_are_summed_with_their_sign_as_in_the_authors_code():
+    """GEM_PEFT 590f44c (run.py backward_qv_pass) adds the batches' gradients; opposite ones cancel."""
+    model = _model()
+    x, _ = _data()
+    flip = lambda out, y: out.sum() * y.float().mean()  # noqa: E731 - a loss whose gradient changes sign with y
+    batches = [(x, torch.ones(len(x))), (x, -torch.ones(len(x)))]
+    signed = accumulate_gradients(model, flip, batches, ["0.weight"])
+    absolute = accumulate_gradients(model, flip, batches, ["0.weight"], absolute=True)
+    assert float(signed["0.weight"].abs().max()) < 1e-5
+    assert float(absolute["0.weight"].abs().max()) > 1e-3
+
+
+def test_calibration_pass_leaves_frozen_parameters_frozen():
+    model = _model()
+    model[0].weight.requires_grad_(False)
+    x, y = _data()
+    grads = accumulate_gradients(model, nn.functional.cross_entropy, [(x, y)], ["0.weight"])
+    assert float(grads["0.weight"].abs().sum()) > 0 and not model[0].weight.requires_grad
+
+
+def test_gem_layer_score_is_the_norm_times_the_entropy_of_the_normalised_ratios():
+    r = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    assert gem_layer_score(r) == pytest.approx(2.0 * math.log(4), rel=1e-6)
+    assert gem_layer_score(torch.tensor([0.0, 3.0])) == pytest.approx(0.0, abs=1e-6)  # one entry: no entropy
+    assert gem_layer_score(torch.zeros(5)) == 0.0
+
+
+def test_gem_allocator_splits_the_budget_by_the_layer_scores():
+    torch.manual_seed(0)
+    params = {"a": torch.ones(100), "b": torch.ones(100)}
+    grads = {"a": torch.ones(100), "b": torch.cat([torch.ones(10), torch.zeros(90)])}
+    masks = build_masks(params, grads, "ratio", "gem", budget=60)
+    share_a = gem_layer_score(grads["a"]) / (gem_layer_score(grads["a"]) + gem_layer_score(grads["b"]))
+    assert int(masks["a"].sum()) == round(60 * share_a) and int(masks["a"].sum() + masks["b"].sum()) == 60

@@ -5,11 +5,15 @@ entries, trains only the masked entries (a gradient hook multiplies each gradien
 every other entry at its pre-trained value exactly (the optimiser must not decay frozen entries: use
 weight decay 0).
 
-GEM (gradient-to-weight ratio and entropy-guided masking) scores an entry by ``G / (|w0| + eps)``, with
-``G`` the accumulated absolute gradient over a few calibration batches, and gives layer ``l`` a budget
-proportional to ``H_l * n_l``, the Shannon entropy of the histogram of its values times its size.
-The formulas are our reconstruction from the abstract (the method section was not available); the
-variants are flags: :data:`SCORES` and :data:`ALLOCATORS`.
+GEM (gradient-to-weight ratio and entropy-guided masking), as the authors' code computes it
+(github.com/sungminkg/GEM_PEFT at 590f44c, ``PEFT/entropy_masking.py`` and ``run.py``): the gradients of
+a calibration pass are summed with their sign, ``G = sum_t dL_t/dw``; an entry scores
+``r = |G| / (|w0| + 1e-8)``; layer ``l`` gets a share of ``K`` proportional to ``||r_l||_2 * H(p_l)``, with
+``p_l = r_l / sum(r_l)`` and ``H`` the Shannon entropy; each layer trains its top-``k_l`` entries.  The
+authors' baselines (top-|g|, the ratio alone, random) give every eligible layer the same number of entries
+(the ``uniform`` allocator on equal-sized layers).  Our earlier reconstruction from the abstract (budget
+proportional to the entropy of a histogram of the layer's values times its size) stays as the
+``entropy`` allocator.  The variants are flags: :data:`SCORES` and :data:`ALLOCATORS`.
 
 Baselines: LoRA from ``peft`` (:func:`lora_model`); BitFit (bias-only) is set up by hand with
 ``requires_grad`` because ``peft`` has no BitFit method.
@@ -24,36 +28,67 @@ import torch
 from torch import nn
 
 SCORES = ("ratio", "grad", "weight", "random")
-ALLOCATORS = ("entropy", "entropy_only", "uniform")
+ALLOCATORS = ("gem", "entropy", "entropy_only", "uniform")
 
 
 def accumulate_gradients(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                         batches: Iterable[tuple[torch.Tensor, torch.Tensor]], names: list[str]) -> dict[str, torch.Tensor]:
-    """``G = sum_t |dL_t/dw|`` over the calibration batches, for the named parameters (model unchanged)."""
+                         batches: Iterable[tuple[torch.Tensor, torch.Tensor]], names: list[str], *,
+                         absolute: bool = False) -> dict[str, torch.Tensor]:
+    """The calibration gradients of the named parameters, summed over ``batches`` (the model is unchanged).
+
+    Parameters
+    ----------
+    model, loss_fn
+        The model and ``loss_fn(output, y)``.
+    batches
+        The calibration batches ``(x, y)``.
+    names
+        The parameters whose gradients are kept (parameters that do not require gradients are unfrozen for
+        the pass and restored after it).
+    absolute
+        ``False`` (the authors' GEM): ``G = sum_t dL_t/dw``, signed; ``True``: ``sum_t |dL_t/dw|``.
+    """
     params = dict(model.named_parameters())
+    frozen = [n for n in names if not params[n].requires_grad]
+    for n in frozen:
+        params[n].requires_grad_(True)
     acc = {n: torch.zeros_like(params[n]) for n in names}
     for x, y in batches:
         model.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
         for n in names:
-            if params[n].grad is not None:
-                acc[n] += params[n].grad.detach().abs()
+            grad = params[n].grad
+            if grad is not None:
+                acc[n] += grad.detach().abs() if absolute else grad.detach()
     model.zero_grad(set_to_none=True)
+    for n in frozen:
+        params[n].requires_grad_(False)
     return acc
 
 
 def score(kind: str, grad_acc: torch.Tensor, weight: torch.Tensor, eps: float,
           rng: torch.Generator | None = None) -> torch.Tensor:
-    """Per-entry score: ``ratio`` = G / (|w| + eps) (GEM), ``grad`` = G, ``weight`` = |w|, ``random`` = U(0, 1)."""
+    """Per-entry score: ``ratio`` = |G| / (|w| + eps) (GEM), ``grad`` = |G|, ``weight`` = |w|, ``random`` = U(0, 1)."""
     if kind == "ratio":
-        return grad_acc / (weight.detach().abs() + eps)
+        return grad_acc.abs() / (weight.detach().abs() + eps)
     if kind == "grad":
-        return grad_acc.clone()
+        return grad_acc.abs()
     if kind == "weight":
         return weight.detach().abs()
     if kind == "random":
         return torch.rand(weight.shape, generator=rng)
     raise ValueError(f"unknown score {kind!r}; choose one of {SCORES}")
+
+
+def gem_layer_score(ratio: torch.Tensor) -> float:
+    """The authors' layer weight: ``||r||_2 * H(r / sum r)`` (entropy in nats; 0 for an all-zero ``r``)."""
+    r = ratio.detach().flatten().double()
+    total = float(r.sum())
+    if total <= 0 or not np.isfinite(total):
+        return 0.0
+    prob = r / total
+    entropy = float(-(prob * torch.log(prob + 1e-8)).sum())
+    return float(r.norm()) * entropy
 
 
 def layer_entropy(weight: torch.Tensor, bins: int = 256) -> float:
@@ -75,12 +110,14 @@ def allocate(sizes: list[int], entropies: list[float], budget: int, rule: str) -
     sizes
         ``n_l``, entries per layer.
     entropies
-        ``H_l`` per layer (see :func:`layer_entropy`).
+        The layer weights of the rule: ``H_l`` per layer for ``entropy`` and ``entropy_only`` (see
+        :func:`layer_entropy`), the GEM layer score for ``gem`` (see :func:`gem_layer_score`); unused by
+        ``uniform``.
     budget
         ``K``.
     rule
-        ``entropy`` (weights ``H_l n_l``), ``entropy_only`` (``H_l``) or ``uniform`` (``n_l``: the same density
-        in every layer).
+        ``gem`` (shares proportional to the given scores), ``entropy`` (``H_l n_l``), ``entropy_only``
+        (``H_l``) or ``uniform`` (``n_l``: the same density in every layer).
 
     Returns
     -------
@@ -89,7 +126,7 @@ def allocate(sizes: list[int], entropies: list[float], budget: int, rule: str) -
     """
     n = np.asarray(sizes, dtype=float)
     h = np.asarray(entropies, dtype=float)
-    weight = {"entropy": h * n, "entropy_only": h, "uniform": n}.get(rule)
+    weight = {"gem": h, "entropy": h * n, "entropy_only": h, "uniform": n}.get(rule)
     if weight is None:
         raise ValueError(f"unknown allocator {rule!r}; choose one of {ALLOCATORS}")
     budget = int(min(budget, n.sum()))
@@ -116,7 +153,7 @@ def allocate(sizes: list[int], entropies: list[float], budget: int, rule: str) -
 
 
 def build_masks(params: dict[str, torch.Tensor], grad_acc: dict[str, torch.Tensor], score_kind: str, allocator: str,
-                budget: int, eps_relative: float = 1e-8, seed: int = 0) -> dict[str, torch.Tensor]:
+                budget: int, eps: float = 1e-8, seed: int = 0) -> dict[str, torch.Tensor]:
     """Top-``k_l`` masks per layer.
 
     Parameters
@@ -124,13 +161,14 @@ def build_masks(params: dict[str, torch.Tensor], grad_acc: dict[str, torch.Tenso
     params
         The eligible parameters by name.
     grad_acc
-        Their accumulated absolute gradients (unused by ``weight`` and ``random``).
+        Their calibration gradients (unused by ``weight`` and ``random``; see :func:`accumulate_gradients`).
     score_kind, allocator
-        One of :data:`SCORES` and of :data:`ALLOCATORS`.
+        One of :data:`SCORES` and of :data:`ALLOCATORS` (``gem`` weighs each layer by
+        :func:`gem_layer_score` of its ratio scores, whatever ``score_kind`` ranks the entries by).
     budget
         ``K``, total trainable entries.
-    eps_relative
-        ``eps`` of the ratio score, relative to each layer's standard deviation.
+    eps
+        ``eps`` of the ratio score (the authors' 1e-8).
     seed
         Seed of the random score.
 
@@ -140,13 +178,17 @@ def build_masks(params: dict[str, torch.Tensor], grad_acc: dict[str, torch.Tenso
         Name -> boolean mask of the parameter's shape; ``sum`` of all masks equals ``min(K, total)``.
     """
     names = list(params)
-    ks = allocate([params[n].numel() for n in names], [layer_entropy(params[n]) for n in names], budget, allocator)
     rng = torch.Generator().manual_seed(seed)
+    grads = {n: grad_acc.get(n, torch.zeros_like(params[n])) for n in names}
+    if allocator == "gem":
+        weights = [gem_layer_score(score("ratio", grads[n], params[n], eps)) for n in names]
+    else:
+        weights = [layer_entropy(params[n]) for n in names]
+    ks = allocate([params[n].numel() for n in names], weights, budget, allocator)
     masks = {}
     for n, k in zip(names, ks):
         w = params[n]
-        eps = eps_relative * float(w.detach().std()) if w.numel() > 1 else eps_relative
-        s = score(score_kind, grad_acc.get(n, torch.zeros_like(w)), w, eps, rng).flatten()
+        s = score(score_kind, grads[n], w, eps, rng).flatten()
         m = torch.zeros(w.numel(), dtype=torch.bool)
         if k:
             m[torch.topk(s, k, sorted=False).indices] = True
