@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import torch
 
-from repro.federated.feddf import distill, ensemble_logits, labelled_split, server_distill
+from repro.federated.feddf import DistillSteps, distill, ensemble_logits, labelled_split, server_distill
 from repro.federated.kd import kd_loss
 from repro.models import mlp
 
@@ -30,7 +30,7 @@ def test_student_equal_to_teacher_stays_put():
     teacher = mlp(4, [5], 3)
     student = copy.deepcopy(teacher)
     x = np.random.default_rng(0).standard_normal((32, 4)).astype(np.float32)
-    loss = server_distill(student, [teacher], x, steps=3, batch_size=8, lr=0.01, temperature=3.0, seed=0)
+    loss = server_distill(student, [teacher], x, DistillSteps(steps=3, batch_size=8, lr=0.01, temperature=3.0, seed=0))
     assert loss < 1e-10
     for a, b in zip(student.parameters(), teacher.parameters()):
         torch.testing.assert_close(a, b)
@@ -42,5 +42,5 @@ def test_distillation_moves_student_towards_teacher():
     x = np.random.default_rng(1).standard_normal((256, 4)).astype(np.float32)
     xt = torch.from_numpy(x)
     before = kd_loss(student(xt), teacher(xt), 2.0).item()
-    distill(student, ensemble_logits([teacher]), x, steps=200, batch_size=32, lr=0.1, temperature=2.0, seed=0)
+    distill(student, ensemble_logits([teacher]), x, DistillSteps(steps=200, batch_size=32, lr=0.1, temperature=2.0, seed=0))
     assert kd_loss(student(xt), teacher(xt), 2.0).item() < 0.5 * before

@@ -12,7 +12,9 @@ from repro.federated.kd import kd_loss
 from repro.federated.ondevice_kd import (
     AUX,
     LARGE,
+    KdSchedule,
     Recipe,
+    ServerPool,
     TwoModelFedAvg,
     kd_weight,
     keys_of,
@@ -59,7 +61,8 @@ def test_all_strong_labelled_only_without_kd_is_fedavg_on_the_large_model():
 
 def test_weak_clients_never_move_the_large_model():
     tiers = assign_tiers(SPEC.num_clients, [0.25, 0.75], [STRONG, WEAK], seed=0)
-    strategy = TwoModelFedAvg(6, LOCAL, tiers, Recipe(train_aux=True, large_loss="ce-then-kd"), seed=0, kd_rampup=2)
+    strategy = TwoModelFedAvg(6, LOCAL, tiers, Recipe(train_aux=True, large_loss="ce-then-kd"), seed=0,
+                              kd=KdSchedule(kd_rampup=2))
     init = pair_arrays(SPEC, AUX_HIDDEN, 0)
     after = two_model_run(strategy, rounds=3, share=0.2)
     weak = {p for p, t in enumerate(tiers) if t.name == "weak"}
@@ -90,9 +93,7 @@ def test_server_distillation_moves_the_large_model_towards_the_ensemble():
             tiers,
             Recipe(train_aux=True, large_loss="ce", server_pool_steps=5),
             seed=0,
-            pool=pool,
-            spec=SPEC,
-            aux_hidden=AUX_HIDDEN,
+            server=ServerPool(pool=pool, spec=SPEC, aux_hidden=AUX_HIDDEN),
         ),
         rounds=2,
         share=0.5,
@@ -119,7 +120,7 @@ def test_kd_weight_zero_leaves_only_the_cross_entropy_steps():
     tiers = assign_tiers(spec.num_clients, [0.5, 0.5], [STRONG, WEAK], seed=1)
 
     def final_large(recipe: Recipe, kd_final: float) -> dict[str, np.ndarray]:
-        strategy = TwoModelFedAvg(4, LOCAL, tiers, recipe, seed=0, kd_final=kd_final, kd_rampup=0)
+        strategy = TwoModelFedAvg(4, LOCAL, tiers, recipe, seed=0, kd=KdSchedule(kd_final=kd_final, kd_rampup=0))
         hist = run_federated(
             strategy,
             make_two_model_client_app(spec, AUX_HIDDEN, 0.5, {"seed": 0}),

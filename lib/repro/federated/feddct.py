@@ -39,6 +39,7 @@ from repro.devices import resolve_device
 from repro.federated.arrays import from_arrayrecord, to_arrayrecord
 from repro.federated.client import LOCAL_STATE_KEY, LocalSettings, RunConfig, client_app_with
 from repro.federated.engine import EvalFn
+from repro.federated.replies import number
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, client_data, evaluate, load_task_data
 from repro.models import get_weights, set_weights
@@ -88,7 +89,7 @@ def js_divergence(logits: Sequence[torch.Tensor]) -> torch.Tensor:
 
 def co_training_loss(logits: Sequence[torch.Tensor], y: torch.Tensor, weight: float) -> torch.Tensor:
     """``sum_s CE(logits_s, y) + weight * JS``."""
-    ce = sum(torch.nn.functional.cross_entropy(z, y) for z in logits)
+    ce = sum((torch.nn.functional.cross_entropy(z, y) for z in logits), logits[0].new_zeros(()))
     return ce + weight * js_divergence(logits) if len(logits) > 1 else ce
 
 
@@ -200,9 +201,14 @@ _ENSEMBLES: dict[tuple[TaskSpec, int], CoTrainedEnsemble] = {}
 def train_feddct(spec: TaskSpec, split_factor: int, msg: Message, context: Context) -> Message:
     """A cluster's round: load the ensemble, train it over the members' data (:func:`train_cluster`), reply with it."""
     torch.set_num_threads(1)
-    pid = int(context.node_config["partition-id"])
-    cfg: ConfigRecord = msg.content["config"]
-    cluster = [int(p) for p in cfg[CLUSTER_KEY]] if CLUSTER_KEY in cfg else [pid]
+    pid = int(number(context.node_config, "partition-id"))
+    cfg = msg.content["config"]
+    if not isinstance(cfg, ConfigRecord):
+        raise TypeError(f"a FedDCT message's 'config' must be a ConfigRecord, got {type(cfg).__name__}")
+    members = cfg[CLUSTER_KEY] if CLUSTER_KEY in cfg else [pid]
+    if not isinstance(members, list):
+        raise TypeError(f"config {CLUSTER_KEY!r}: expected a list of partition ids, got {members!r}")
+    cluster = [int(p) for p in members]
     key = (spec, split_factor)
     if key not in _ENSEMBLES:
         _ENSEMBLES[key] = build_ensemble(spec, split_factor, seed=0)
@@ -210,10 +216,11 @@ def train_feddct(spec: TaskSpec, split_factor: int, msg: Message, context: Conte
     set_weights(ensemble, from_arrayrecord(msg.content["arrays"]))
     data = [client_data(spec, p) for p in cluster]
     settings = [LocalSettings.read(cfg, context, p) for p in cluster]
-    loss = train_cluster(ensemble, data, settings, float(cfg.get(COT_KEY, 0.0)))
+    loss = train_cluster(ensemble, data, settings, number(cfg, COT_KEY) if COT_KEY in cfg else 0.0)
     record = to_arrayrecord(get_weights(ensemble))
     context.state[LOCAL_STATE_KEY] = record
-    metrics = {"num-examples": sum(len(y) for _, y in data), "train-loss": loss, "partition-id": pid}
+    metrics: dict[str, int | float | list[int] | list[float]] = {
+        "num-examples": sum(len(y) for _, y in data), "train-loss": loss, "partition-id": pid}
     return Message(RecordDict({"arrays": record, "metrics": MetricRecord(metrics)}), reply_to=msg)
 
 

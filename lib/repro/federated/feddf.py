@@ -52,12 +52,36 @@ def ensemble_logits(models: Sequence[torch.nn.Module]) -> Callable[[torch.Tensor
     return teacher
 
 
-def distill(student: torch.nn.Module, teacher: Callable[[torch.Tensor], torch.Tensor], x: np.ndarray, steps: int,
-            batch_size: int, lr: float, temperature: float, seed: int, momentum: float = 0.9,
-            device: str = "cpu") -> float:
+@dataclass(frozen=True, kw_only=True)
+class DistillSteps:
+    """How a student is distilled: SGD steps on seeded batches of unlabelled inputs towards a teacher's logits.
+
+    Attributes
+    ----------
+    steps, batch_size, lr, momentum
+        The SGD steps.
+    temperature
+        The distillation temperature ``T``.
+    seed
+        Seed of the batches.
+    device
+        Where the student trains (``cpu``, ``cuda`` or ``auto``).
+    """
+
+    steps: int
+    batch_size: int
+    lr: float
+    temperature: float
+    seed: int
+    momentum: float = 0.9
+    device: str = "cpu"
+
+
+def distill(student: torch.nn.Module, teacher: Callable[[torch.Tensor], torch.Tensor], x: np.ndarray,
+            how: DistillSteps) -> float:
     """Train ``student`` in place on unlabelled ``x`` towards ``teacher``'s outputs (SGD, seeded batches).
 
-    The student trains on ``device`` (the teacher must take inputs there) and
+    The student trains on ``how.device`` (the teacher must take inputs there) and
     is back on the CPU on return; batches are drawn on the CPU.
 
     Returns
@@ -65,31 +89,31 @@ def distill(student: torch.nn.Module, teacher: Callable[[torch.Tensor], torch.Te
     float
         Mean distillation loss over the steps.
     """
-    dev = resolve_device(device)
+    dev = resolve_device(how.device)
     on_cpu = dev.type == "cpu"
     if not on_cpu:
         student.to(dev)
-    gen = np.random.default_rng(seed)
-    opt = torch.optim.SGD(student.parameters(), lr=lr, momentum=momentum)
+    gen = np.random.default_rng(how.seed)
+    opt = torch.optim.SGD(student.parameters(), lr=how.lr, momentum=how.momentum)
     xt = torch.from_numpy(np.asarray(x)).to(dev)
     total = 0.0
     try:
-        for _ in range(steps):
-            idx = torch.from_numpy(gen.choice(len(xt), size=min(batch_size, len(xt)), replace=False)).to(dev)
+        for _ in range(how.steps):
+            idx = torch.from_numpy(gen.choice(len(xt), size=min(how.batch_size, len(xt)), replace=False)).to(dev)
             target = teacher(xt[idx])
             student.train()
             opt.zero_grad()
-            loss = kd_loss(student(xt[idx]), target, temperature)
+            loss = kd_loss(student(xt[idx]), target, how.temperature)
             loss.backward()
             opt.step()
             total += loss.item()
     finally:
         if not on_cpu:
             student.to("cpu")
-    return total / max(steps, 1)
+    return total / max(how.steps, 1)
 
 
-def server_distill(student: torch.nn.Module, clients: Sequence[torch.nn.Module], pool: np.ndarray, steps: int,
-                   batch_size: int, lr: float, temperature: float, seed: int, momentum: float = 0.9) -> float:
+def server_distill(student: torch.nn.Module, clients: Sequence[torch.nn.Module], pool: np.ndarray,
+                   how: DistillSteps) -> float:
     """FedDF's server step: distil the clients' logit ensemble into ``student`` on the unlabelled ``pool``."""
-    return distill(student, ensemble_logits(clients), pool, steps, batch_size, lr, temperature, seed, momentum)
+    return distill(student, ensemble_logits(clients), pool, how)

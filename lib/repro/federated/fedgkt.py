@@ -52,7 +52,7 @@ from repro.federated.client import (
 from repro.federated.comm import CommLedger
 from repro.federated.engine import EvalFn
 from repro.federated.kd import kd_loss
-from repro.federated.replies import ordered_replies, partition_of
+from repro.federated.replies import metric, number, ordered_replies, partition_of
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model, evaluate, load_task_data
 from repro.models import get_weights, mlp, set_weights
@@ -161,9 +161,19 @@ def unprefixed(weights: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndar
     return {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
 
 
-def extractor(model: torch.nn.Sequential) -> torch.nn.Sequential:
-    """A client model's feature extractor: every layer but the last (shares the model's parameters)."""
-    return model[:-1]
+def extractor(model: torch.nn.Module) -> torch.nn.Sequential:
+    """A client model's feature extractor: every layer but the last (shares the model's parameters).
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is not an ``nn.Sequential``.
+    """
+    if not isinstance(model, torch.nn.Sequential):
+        raise TypeError(f"parameter 'model': a FedGKT client model is an nn.Sequential, got {type(model).__name__}")
+    body = model[:-1]
+    assert isinstance(body, torch.nn.Sequential)
+    return body
 
 
 def pair_evaluator(task: GktTask) -> EvalFn:
@@ -187,8 +197,8 @@ def train_fedgkt(task: GktTask, msg: Message, context: Context) -> Message:
     """
     rnd = begin_round(task.client_spec, msg, context)
     model = rnd.model
-    weight = float(rnd.config.get(KD_WEIGHT_KEY, KD_WEIGHT))
-    temperature = float(rnd.config.get(TEMPERATURE_KEY, TEMPERATURE))
+    weight = number(rnd.config, KD_WEIGHT_KEY) if KD_WEIGHT_KEY in rnd.config else KD_WEIGHT
+    temperature = number(rnd.config, TEMPERATURE_KEY) if TEMPERATURE_KEY in rnd.config else TEMPERATURE
     teacher = rnd.received.get(SERVER_LOGITS_KEY)
     penalties = None
     if teacher is not None and weight > 0:
@@ -205,7 +215,7 @@ def train_fedgkt(task: GktTask, msg: Message, context: Context) -> Message:
     model.eval()
     with torch.no_grad():
         features = extractor(model)(torch.from_numpy(rnd.x))
-        logits = model[-1](features)
+        logits = list(model.children())[-1](features)  # the head: the model's last layer
     reply = to_arrayrecord({FEATURES_KEY: features.numpy(), LABELS_KEY: rnd.y, LOGITS_KEY: logits.numpy()})
     for k, v in state.items():  # the model's arrays, shared with the state (nothing changes them)
         reply[k] = v
@@ -375,7 +385,7 @@ class FedGKT(SeededFedAvg):
         for pid, r in zip(pids, received):
             record.update({client_prefix(pid) + k: v for k, v in r.items()
                            if k not in (FEATURES_KEY, LABELS_KEY, LOGITS_KEY)})
-        losses = [float(m.content["metrics"]["train-loss"]) for m in replies]
+        losses = [metric(m, "train-loss") for m in replies]
         return to_arrayrecord(record), MetricRecord({"train-loss": float(np.mean(losses)),
                                                      "server-loss": self.server_losses[server_round]})
 

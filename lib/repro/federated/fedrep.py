@@ -33,6 +33,7 @@ from repro.federated.client import (
     finish_round,
     train_locally,
 )
+from repro.federated.replies import number, partition_of
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec
 from repro.models import get_weights, set_weights
@@ -78,7 +79,7 @@ class FedRep(SeededFedAvg):
         for m in replies:
             if not m.has_error():
                 arrays = from_arrayrecord(m.content["arrays"])
-                self.heads[int(m.content["metrics"]["partition-id"])] = {k: arrays[k].copy() for k in self._head}
+                self.heads[partition_of(m)] = {k: arrays[k].copy() for k in self._head}
         merged, metrics = super().aggregate_train(server_round, replies)
         if merged is None:
             return None, metrics
@@ -90,7 +91,7 @@ class FedRep(SeededFedAvg):
         """The mean of every client's latest head (what an unseen client receives)."""
         if not self.heads:
             raise RuntimeError("no client has trained yet")
-        return {k: np.mean([h[k] for h in self.heads.values()], axis=0, dtype=np.float64).astype(np.float32)
+        return {k: np.asarray(np.mean([h[k] for h in self.heads.values()], axis=0, dtype=np.float64), dtype=np.float32)
                 for k in self._head}
 
 
@@ -130,8 +131,8 @@ def train_fedrep(spec: TaskSpec, msg: Message, context: Context, data: DataFn = 
     head = set(head_keys(list(rnd.model.state_dict())))
     if own is not None:  # the client's personal head replaces the shared one it received
         set_weights(rnd.model, {k: from_array(own[k]) for k in head})
-    head_steps = int(rnd.config["head-steps"]) if "head-steps" in rnd.config else int(
-        context.run_config.get("head-steps", 0))
+    head_steps = int(number(rnd.config, "head-steps")) if "head-steps" in rnd.config else int(
+        number({"head-steps": context.run_config.get("head-steps", 0)}, "head-steps"))
     if head_steps > 0:
         s = rnd.settings
         head_fit = LocalSettings(

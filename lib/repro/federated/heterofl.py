@@ -40,7 +40,7 @@ from repro.federated.arrays import from_arrayrecord, to_arrayrecord
 from repro.federated.client import ClientRound, begin_round, client_app_with, finish_round, train_locally
 from repro.federated.comm import CommLedger
 from repro.federated.partial import layer_groups
-from repro.federated.replies import ordered_replies
+from repro.federated.replies import metric, number, ordered_replies, partition_of
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec
 from repro.federated.tiers import Tier
@@ -175,13 +175,12 @@ class WidthReduced(SeededFedAvg):
         replies = ordered_replies(server_round, replies)
         assert self.comm is not None
         for m in replies:
-            ratio = self._width_of[int(m.content["metrics"]["partition-id"])]
+            ratio = self._width_of[partition_of(m)]
             keys = [f"{k}@{ratio:g}" for k in self._current]
             self.comm.record(server_round, keys, keys, 1)
         slices = [from_arrayrecord(m.content["arrays"]) for m in replies]
         splits = [arrays.pop(LABEL_SPLIT_KEY, None) for arrays in slices]
-        merged = nested_average(self._current, slices, [float(m.content["metrics"]["num-examples"]) for m in replies],
-                                splits)
+        merged = nested_average(self._current, slices, [metric(m, "num-examples") for m in replies], splits)
         metrics = self.train_metrics_aggr_fn([m.content for m in replies], self.weighted_by_key)
         return to_arrayrecord(merged), metrics
 
@@ -202,7 +201,10 @@ def train_width(spec: TaskSpec, msg: Message, context: Context, trainer: Trainer
     the classes the client's data holds, for the server's per-class average
     of the output rows (:func:`nested_average`).
     """
-    ratio = float(msg.content["config"][WIDTH_KEY])
+    cfg = msg.content["config"]
+    if not isinstance(cfg, ConfigRecord):
+        raise TypeError(f"a width client's message 'config' must be a ConfigRecord, got {type(cfg).__name__}")
+    ratio = number(cfg, WIDTH_KEY)
     rnd = begin_round(sub_spec(spec, ratio), msg, context)
     loss = trainer(rnd, ratio) if trainer is not None else train_locally(rnd.model, rnd.x, rnd.y, rnd.settings)
     arrays = get_weights(rnd.model)

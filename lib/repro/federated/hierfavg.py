@@ -26,7 +26,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from repro.federated.replies import ordered_replies
+from repro.federated.replies import metric, ordered_replies, partition_of
 from repro.federated.strategies import SeededFedAvg
 
 
@@ -80,12 +80,13 @@ class HierFAVG(SeededFedAvg):
         replies = ordered_replies(server_round, replies)
         by_edge: dict[int, list[Message]] = {}
         for m in replies:
-            by_edge.setdefault(self.edge_of[int(m.content["metrics"]["partition-id"])], []).append(m)
+            by_edge.setdefault(self.edge_of[partition_of(m)], []).append(m)
         metrics = None
         for edge, msgs in by_edge.items():
-            self.edge_models[edge], metrics = SeededFedAvg.aggregate_train(self, server_round, msgs)
-            self._edge_samples[edge] = self._edge_samples.get(edge, 0.0) + sum(
-                float(m.content["metrics"]["num-examples"]) for m in msgs)
+            edge_model, metrics = SeededFedAvg.aggregate_train(self, server_round, msgs)
+            assert edge_model is not None  # an edge in by_edge has at least one reply
+            self.edge_models[edge] = edge_model
+            self._edge_samples[edge] = self._edge_samples.get(edge, 0.0) + sum(metric(m, "num-examples") for m in msgs)
         edges = [e for e in sorted(self.edge_models) if self._edge_samples.get(e, 0.0) > 0]
         merged = aggregate_arrayrecords(
             [RecordDict({"arrays": self.edge_models[e], "metrics": MetricRecord({"num-examples": self._edge_samples[e]})})

@@ -53,9 +53,9 @@ from repro.devices import resolve_device
 from repro.federated.arrays import from_arrayrecord, to_arrayrecord
 from repro.federated.client import LocalSettings, RunConfig, client_app_with, client_seed, train_locally
 from repro.federated.engine import EvalFn
-from repro.federated.feddf import distill, labelled_split, server_distill
+from repro.federated.feddf import DistillSteps, distill, labelled_split, server_distill
 from repro.federated.partial import layerwise_average
-from repro.federated.replies import ordered_replies
+from repro.federated.replies import number, ordered_replies, partition_of
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model, client_data, evaluate, load_task_data
 from repro.federated.tiers import Tier
@@ -164,8 +164,10 @@ def train_two_model(spec: TaskSpec, aux_hidden: Sequence[int], labelled_share: f
     SGD with momentum a loss weight ``w`` is the learning rate times ``w``).
     """
     torch.set_num_threads(1)
-    pid = int(context.node_config["partition-id"])
-    cfg: ConfigRecord = msg.content["config"]
+    pid = int(number(context.node_config, "partition-id"))
+    cfg = msg.content["config"]
+    if not isinstance(cfg, ConfigRecord):
+        raise TypeError(f"an on-device KD message's 'config' must be a ConfigRecord, got {type(cfg).__name__}")
     key = (spec, tuple(aux_hidden))
     if key not in _PAIRS:
         _PAIRS[key] = build_pair(spec, aux_hidden, seed=0)
@@ -177,7 +179,7 @@ def train_two_model(spec: TaskSpec, aux_hidden: Sequence[int], labelled_share: f
     settings = LocalSettings.read(cfg, context, pid)
     (xl, yl), xu = local_parts(spec, pid, labelled_share)
     phase, loss_kind = str(cfg[PHASE_KEY]), str(cfg.get(LOSS_KEY, "none"))
-    temperature = float(cfg.get(TEMPERATURE_KEY, 1.0))
+    temperature = number(cfg, TEMPERATURE_KEY) if TEMPERATURE_KEY in cfg else 1.0
     if phase == AUX:
         trained, used = AUX, len(yl)
         loss = train_locally(pair[AUX], xl, yl, settings)
@@ -196,17 +198,20 @@ def train_two_model(spec: TaskSpec, aux_hidden: Sequence[int], labelled_share: f
         trained, used, weight, loss = LARGE, len(xu), 1.0, 0.0
         if loss_kind == "ce-then-kd":
             loss = train_locally(pair[LARGE], xl, yl, settings)
-            used, weight = len(xu) + len(yl), float(cfg.get(WEIGHT_KEY, 1.0))
+            used, weight = len(xu) + len(yl), number(cfg, WEIGHT_KEY) if WEIGHT_KEY in cfg else 1.0
         try:
-            kd = distill(pair[LARGE], soft_targets, xu, settings.steps, settings.batch_size, weight * settings.lr,
-                         temperature, settings.seed + 1, momentum=settings.momentum, device=settings.device)
+            kd = distill(pair[LARGE], soft_targets, xu,
+                         DistillSteps(steps=settings.steps, batch_size=settings.batch_size, lr=weight * settings.lr,
+                                      temperature=temperature, seed=settings.seed + 1, momentum=settings.momentum,
+                                      device=settings.device))
         finally:
             teacher.to("cpu")
         loss = kd if loss_kind == "kd" else loss
     else:
         raise ValueError(f"client {pid}: phase {phase!r} with large loss {loss_kind!r} trains nothing")
     weights = {f"{trained}.{k}": v for k, v in get_weights(pair[trained]).items()}
-    metrics = {"num-examples": used, "train-loss": loss, "partition-id": pid}
+    metrics: dict[str, int | float | list[int] | list[float]] = {"num-examples": used, "train-loss": loss,
+                                                                  "partition-id": pid}
     return Message(RecordDict({"arrays": to_arrayrecord(weights), "metrics": MetricRecord(metrics)}), reply_to=msg)
 
 
@@ -228,6 +233,40 @@ class Traffic:
     up: tuple[str, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class KdSchedule:
+    """The distillation of the large step: temperature ``T``, and the KD weight of ``ce-then-kd`` with its ramp-up.
+
+    Attributes
+    ----------
+    temperature
+        Distillation temperature ``T``.
+    kd_final, kd_rampup
+        The KD weight of ``ce-then-kd`` and its ramp-up in rounds (:func:`kd_weight`).
+    """
+
+    temperature: float = 3.0
+    kd_final: float = 0.5
+    kd_rampup: int = 300
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerPool:
+    """FedDF's server side: its central unlabelled inputs and what it needs to rebuild the clients' models.
+
+    Attributes
+    ----------
+    pool
+        The central unlabelled inputs.
+    spec, aux_hidden
+        The task and ``A``'s widths.
+    """
+
+    pool: np.ndarray
+    spec: TaskSpec
+    aux_hidden: tuple[int, ...]
+
+
 class TwoModelFedAvg(SeededFedAvg):
     """The two-step rounds of on-device KD (and of its baselines, by :class:`Recipe`) as one Flower strategy.
 
@@ -244,30 +283,21 @@ class TwoModelFedAvg(SeededFedAvg):
         Every partition id's tier; only ``strong`` clients take part in step 2.
     recipe
         The steps to run.
-    temperature
-        Distillation temperature ``T``.
-    kd_final, kd_rampup
-        The KD weight of ``ce-then-kd`` and its ramp-up in rounds (:func:`kd_weight`).
-    pool
-        FedDF's central unlabelled inputs (needed when ``recipe.server_pool_steps > 0``).
-    spec, aux_hidden
-        The task and ``A``'s widths (to rebuild client models for FedDF's teacher).
+    kd
+        The large step's distillation (:class:`KdSchedule`).
+    server
+        FedDF's pool and task (:class:`ServerPool`; needed when ``recipe.server_pool_steps > 0``).
     """
 
     def __init__(self, active_clients: int, local: dict[str, float | int], tier_of: Sequence[Tier], recipe: Recipe,
-                 seed: int = 0, temperature: float = 3.0, kd_final: float = 0.5, kd_rampup: int = 300,
-                 pool: np.ndarray | None = None, spec: TaskSpec | None = None, aux_hidden: Sequence[int] = ()) -> None:
+                 seed: int = 0, kd: KdSchedule = KdSchedule(), server: ServerPool | None = None) -> None:
         super().__init__(active_clients, local, seed=seed, resample_every=2)
-        if recipe.server_pool_steps and (pool is None or spec is None or not len(pool)):
-            raise ValueError("server distillation needs the task spec and a non-empty pool")
+        if recipe.server_pool_steps and (server is None or not len(server.pool)):
+            raise ValueError("parameter 'server': server distillation needs the task spec and a non-empty pool")
         self.tier_of = list(tier_of)
         self.recipe = recipe
-        self.temperature = temperature
-        self.kd_final = kd_final
-        self.kd_rampup = kd_rampup
-        self.pool = pool
-        self.spec = spec
-        self.aux_hidden = tuple(aux_hidden)
+        self.kd = kd
+        self.server = server
         self.traffic: list[Traffic] = []
         self._current: ArrayRecord | None = None
         self._aux_replies: list[dict[str, np.ndarray]] = []
@@ -297,8 +327,8 @@ class TwoModelFedAvg(SeededFedAvg):
             up = large
         r = (server_round + 1) // 2
         cfg = ConfigRecord({**dict(config), **self.local, "server-round": r, PHASE_KEY: phase,
-                            LOSS_KEY: self.recipe.large_loss, TEMPERATURE_KEY: float(self.temperature),
-                            WEIGHT_KEY: kd_weight(r - 1, self.kd_final, self.kd_rampup)})
+                            LOSS_KEY: self.recipe.large_loss, TEMPERATURE_KEY: float(self.kd.temperature),
+                            WEIGHT_KEY: kd_weight(r - 1, self.kd.kd_final, self.kd.kd_rampup)})
         send = ArrayRecord({k: arrays[k] for k in down})
         self._sent = {}
         messages = []
@@ -315,7 +345,7 @@ class TwoModelFedAvg(SeededFedAvg):
         replies = ordered_replies(server_round, replies)
         assert self._current is not None and self.comm is not None
         for m in replies:
-            sent = self._sent[int(m.content["metrics"]["partition-id"])]
+            sent = self._sent[partition_of(m)]
             self.comm.record(server_round, list(sent.down), list(sent.up), 1)
         if self.phase(server_round) == AUX:
             self._aux_replies = [from_arrayrecord(m.content["arrays"]) for m in replies]
@@ -330,18 +360,20 @@ class TwoModelFedAvg(SeededFedAvg):
     def distil_on_server(self, server_round: int, arrays: ArrayRecord,
                          large_replies: list[dict[str, np.ndarray]]) -> ArrayRecord:
         """FedDF: distil the mean logits of this round's client models (``A``s and ``L``s) into the averaged ``L``."""
-        assert self.spec is not None and self.pool is not None
+        assert self.server is not None
+        spec = self.server.spec
         teachers = []
         for reply in self._aux_replies + large_replies:
             name = AUX if keys_of(reply, AUX) else LARGE
-            model = build_aux(self.spec, self.aux_hidden) if name == AUX else build_model(self.spec, seed=0)
+            model = build_aux(spec, self.server.aux_hidden) if name == AUX else build_model(spec, seed=0)
             set_weights(model, strip(reply, name))
             teachers.append(model)
         weights = from_arrayrecord(arrays)
-        student = build_model(self.spec, seed=0)
+        student = build_model(spec, seed=0)
         set_weights(student, strip(weights, LARGE))
-        server_distill(student, teachers, self.pool, self.recipe.server_pool_steps, int(self.local["batch-size"]),
-                       float(self.local["lr"]), self.temperature, seed=client_seed(self.seed, server_round),
-                       momentum=float(self.local["momentum"]))
+        how = DistillSteps(steps=self.recipe.server_pool_steps, batch_size=int(self.local["batch-size"]),
+                           lr=float(self.local["lr"]), temperature=self.kd.temperature,
+                           seed=client_seed(self.seed, server_round), momentum=float(self.local["momentum"]))
+        server_distill(student, teachers, self.server.pool, how)
         weights.update({f"{LARGE}.{k}": v for k, v in get_weights(student).items()})
         return to_arrayrecord({k: weights[k] for k in arrays.keys()})

@@ -25,7 +25,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from repro.federated.client import begin_round, client_app_with, finish_round, train_locally
-from repro.federated.replies import ordered_replies
+from repro.federated.replies import ordered_replies, partition_of
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec
 from repro.federated.tiers import Tier
@@ -118,7 +118,7 @@ class PartialTraining(SeededFedAvg):
         keys = list(self._current.keys())
         counts = {k: 0 for k in keys}
         for m in replies:
-            pid = int(m.content["metrics"]["partition-id"])
+            pid = partition_of(m)
             self.comm.record(server_round, keys, self._keys_of[pid], 1)
             for k in m.content["arrays"].keys():
                 counts[k] += 1
@@ -133,7 +133,10 @@ class PartialTraining(SeededFedAvg):
 def train_partial(spec: TaskSpec, msg: Message, context: Context) -> Message:
     """A client round that trains only the parameters listed in ``config["train-keys"]`` and sends them back."""
     rnd = begin_round(spec, msg, context)
-    trained = set(rnd.config[TRAIN_KEYS]) if TRAIN_KEYS in rnd.config else None
+    keys = rnd.config[TRAIN_KEYS] if TRAIN_KEYS in rnd.config else None
+    if keys is not None and not isinstance(keys, list):
+        raise TypeError(f"config {TRAIN_KEYS!r}: expected a list of parameter names, got {keys!r}")
+    trained = None if keys is None else {str(k) for k in keys}
     params = dict(rnd.model.named_parameters())
     try:
         for k, p in params.items():

@@ -65,7 +65,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from repro.federated.arrays import from_arrayrecord, to_arrayrecord
 from repro.federated.regularised import FISHER
-from repro.federated.replies import ordered_replies
+from repro.federated.replies import metric, metrics_of, ordered_replies, partition_of
 from repro.federated.strategies import SeededFedAvg
 
 
@@ -312,14 +312,14 @@ class SAFA(SeededFedAvg):
         replies = ordered_replies(server_round, replies)
         records = []
         for m in replies:
-            k = int(m.content["metrics"]["model-index"])
+            k = int(metric(m, "model-index"))
             got = from_arrayrecord(m.content["arrays"])
             self.models[k] = {n: v for n, v in got.items() if not n.startswith(FISHER)}
             if self.lam > 0:
                 for n, v in got.items():
                     if n.startswith(FISHER):
                         self.fisher[k][n[len(FISHER):]] += v
-            self.volume[k] += int(m.content["metrics"]["num-examples"])
+            self.volume[k] += int(metric(m, "num-examples"))
             records.append((k, m))
         self.periods[server_round] = self.period
         if self.tracker is not None:
@@ -341,17 +341,20 @@ class SAFA(SeededFedAvg):
                 self.tracker.pulled(server_round)
                 self.period = self.tracker.period
         return to_arrayrecord(glob), MetricRecord({"num-examples": int(sum(
-            int(m.content["metrics"]["num-examples"]) for m in replies))})
+            int(metric(m, "num-examples")) for m in replies))})
 
     def _track(self, replies: list[Message]) -> None:
         assert self.tracker is not None
         self.tracker.begin_round()
         gains = []
         for m in replies:
-            got = m.content["metrics"]
-            arrival, departure = float(got["arrival-accuracy"]), float(got["departure-accuracy"])
+            got = metrics_of(m)
+            arrival, departure = metric(m, "arrival-accuracy"), metric(m, "departure-accuracy")
             pattern = got["label-pattern"] if "label-pattern" in got else None
-            self.tracker.observe(int(got["model-index"]), int(got["partition-id"]), pattern, arrival, departure)
+            if pattern is not None and not isinstance(pattern, list):
+                raise TypeError(f"metric 'label-pattern': expected a list of class ids, got {pattern!r}")
+            self.tracker.observe(int(metric(m, "model-index")), partition_of(m),
+                                 None if pattern is None else [int(c) for c in pattern], arrival, departure)
             gains.append(departure - arrival)
         self.tracker.end_round(gains)
 

@@ -81,7 +81,7 @@ def assign_tiers(num_clients: int, shares: Sequence[float], tiers: Sequence[Tier
     counts[order[:rest]] += 1
     labels = np.repeat(np.arange(len(tiers)), counts)
     np.random.default_rng(seed).shuffle(labels)
-    return [tiers[i] for i in labels]
+    return [tiers[int(i)] for i in labels]
 
 
 @dataclass(frozen=True, kw_only=True)

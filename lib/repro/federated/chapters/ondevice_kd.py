@@ -31,7 +31,9 @@ from repro.federated.figures import accuracy_band, mean_sd, seed_sd, tuning_tabl
 from repro.federated.ondevice_kd import (
     AUX,
     LARGE,
+    KdSchedule,
     Recipe,
+    ServerPool,
     TwoModelFedAvg,
     build_pair,
     keys_of,
@@ -224,10 +226,9 @@ def run_one(job: KdRun) -> KdRecord:
     """Run ``job`` on Flower's in-process engine (two Flower rounds per round of the method)."""
     tiers = job.client_tiers()
     recipe = job.recipe()
-    strategy = TwoModelFedAvg(job.clients_per_round, job.local, tiers, recipe, seed=job.seed, temperature=job.temperature,
-                              kd_final=job.kd_final, kd_rampup=job.kd_rampup,
-                              pool=job.pool() if recipe.server_pool_steps else None, spec=job.spec,
-                              aux_hidden=job.aux_hidden)
+    kd = KdSchedule(temperature=job.temperature, kd_final=job.kd_final, kd_rampup=job.kd_rampup)
+    server = ServerPool(pool=job.pool(), spec=job.spec, aux_hidden=job.aux_hidden) if recipe.server_pool_steps else None
+    strategy = TwoModelFedAvg(job.clients_per_round, job.local, tiers, recipe, seed=job.seed, kd=kd, server=server)
     app = make_two_model_client_app(job.spec, job.aux_hidden, job.labelled_share, job.run_config)
     hist = job.simulate(strategy, app, pair_arrays(job.spec, job.aux_hidden, job.seed),
                         pair_evaluator(job.spec, job.aux_hidden, job.evaluated), flower_rounds=2)
