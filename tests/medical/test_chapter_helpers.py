@@ -1,16 +1,29 @@
 import math
 
 import numpy as np
+import pytest
 
-from repro.medical.chapters.vimedpet import VimedpetParams, blank_pet, general_config, in_domain_config, lung_gap
+from repro.medical.chapters import cpdm, vimedpet
+from repro.medical.chapters.vimedpet import blank_pet, general_config, in_domain_config, lung_gap
 from repro.medical.reports import FieldScores
+from repro.params import ParameterError
+from repro.results import Evidence
 
 
 def _params(**kw):
-    base = dict(depth=8, size=16, n_general=8, n_train=8, n_test=4, max_lesions=2, suv_max=10.0, general_hu_offset=60.0,
-                general_pet_gain=0.6, general_lung_weight=3.0, channels=[4, 8, 8], hidden=16, embed=8, pretrain_epochs=1,
-                finetune_epochs=1, batch_size=4, lr=1e-3, max_len=48, n_examples=1, seeds=[0], workers=1)
-    return VimedpetParams(**{**base, **kw})
+    base = dict(depth=8, size=16, n_general=8, n_train=8, n_val=4, n_test=4, max_lesions=2, suv_max=10.0,
+                general_hu_offset=60.0, general_pet_gain=0.6, general_lung_weight=3.0, channels=(4, 8, 8), hidden=16,
+                embed=8, pretrain_epochs=1, finetune_epochs=1, batch_size=4, lr_grid=(1e-3, 1e-2), max_len=48,
+                n_examples=1, seeds=(0, 1), workers=1)
+    return vimedpet.Params(**{**base, **kw})
+
+
+def _cpdm(**kw):
+    base = dict(image_size=16, n_train=16, n_val=4, n_test=4, max_lesions=2, attenuation_coupling=4.0,
+                counts_per_suv=40.0, suv_max=10.0, hot_threshold=0.18, base_channels=4, levels=1, n_timesteps=20,
+                epochs=1, seg_epochs=1, batch_size=8, seg_lr=2e-3, lr_grid=(1e-3, 1e-2), sample_steps=2, eta=1.0,
+                coupling_sweep=(0.0,), n_examples=1, seeds=(0, 1), workers=1)
+    return cpdm.Params(**{**base, **kw})
 
 
 def test_lung_gap_sign_and_nan_sites():
@@ -30,3 +43,52 @@ def test_general_distribution_is_shifted_only_where_asked():
     assert g.hu_offset == 60.0 and d.hu_offset == 0.0 and g.pet_gain == 0.6 and d.pet_gain == 1.0
     assert g.shape == d.shape and g.site_weights[:2] == (3.0, 3.0)
     assert general_config(_params(general_hu_offset=0.0, general_pet_gain=1.0, general_lung_weight=1.0)) == d
+
+
+def test_trivial_report_is_the_most_frequent_training_report():
+    assert vimedpet.trivial_report(["b", "a", "b", "c", "a", "b"]) == "b"
+    assert vimedpet.trivial_report(["x", "y"]) == "x"  # ties: the first
+
+
+def test_checks_name_the_parameters():
+    with pytest.raises(ParameterError, match="'lr_grid'"):
+        _cpdm(lr_grid=(1e-3, 1e-3)).checks()
+    with pytest.raises(ParameterError, match="'coupling_sweep', 'attenuation_coupling'"):
+        _cpdm(coupling_sweep=(4.0,)).checks()
+    with pytest.raises(ParameterError, match="'sample_steps', 'n_timesteps'"):
+        _cpdm(sample_steps=40).checks()
+    with pytest.raises(ParameterError, match="'depth', 'size'"):
+        _params(depth=12).checks()
+    _cpdm().checks()
+    _params().checks()
+
+
+def test_cpdm_tunes_every_arm_on_validation_and_fixes_the_choice(tmp_path):
+    """Every translator tries the same grid on the first seed's validation slices; later seeds reuse the choice."""
+    results = cpdm.run(_cpdm(), tmp_path)
+    first, second = results.seeds
+    assert set(results.chosen_lr) == set(cpdm.ARMS)
+    for arm in first.arms:
+        assert set(arm.val_psnr) == {1e-3, 1e-2}
+        assert arm.lr == max(arm.val_psnr, key=arm.val_psnr.get) == results.chosen_lr[arm.arm]
+        assert second.arm(arm.arm).lr == arm.lr and list(second.arm(arm.arm).val_psnr) == [arm.lr]
+    assert list(results.coupling.coupling) == [0.0, 4.0]
+    claims = cpdm.claims(results)
+    ev = claims["cpdm_psnr_gain"]
+    assert isinstance(ev, Evidence) and set(ev.arms) == {"cpdm", "bbdm"}
+    assert ev.trivial == pytest.approx(np.mean([r.trivial_psnr for r in results.seeds]))
+    assert claims["attenuation_psnr_gain"] == [cpdm.attenuation_gain(r) for r in results.seeds]
+
+
+def test_vimedpet_tunes_every_arm_on_validation_and_scores_the_constant_report(tmp_path):
+    results = vimedpet.run(_params(), tmp_path)
+    first, second = results.seeds
+    for arm in first.arms:
+        assert set(arm.val_bleu4) == {1e-3, 1e-2}
+        assert arm.lr == max(arm.val_bleu4, key=arm.val_bleu4.get) == results.chosen_lr[arm.arm]
+        assert second.arm(arm.arm).lr == arm.lr
+    claims = vimedpet.claims(results)
+    ev = claims["finetune_bleu_gain"]
+    assert set(ev.arms) == {"finetune_ctpet", "no_finetune"}
+    assert ev.trivial == pytest.approx(np.mean([100 * r.trivial.bleu4 for r in results.seeds]))
+    assert first.trivial.arm == "constant report"

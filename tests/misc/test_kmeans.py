@@ -115,7 +115,7 @@ def test_mpi_step_equals_the_single_process_step(ranks):
     centroids = data.init
     for _ in range(steps):
         centroids = km.lloyd_step(data.points, packed, centroids).centroids
-    rep = km.run_lloyd_mpi(ranks, n, d, k, seed, km.BASELINE, steps=steps, repeats=1)
+    rep = km.run_lloyd_mpi(km.MPIRun(ranks=ranks, n=n, d=d, k=k, seed=seed, steps=steps, repeats=1))
     assert rep.ranks == ranks
     np.testing.assert_allclose(np.asarray(rep.centroids), centroids, rtol=0, atol=1e-9)
 

@@ -30,7 +30,7 @@ import torch
 from repro.bridge import BridgeSampling, BridgeSchedule, BridgeTraining, bridge_sample, train_bridge
 from repro.medical.attenuation import KVP_140, attenuation_map
 from repro.medical.phantom import HU_MAX, HU_MIN
-from repro.medical.unet import UNet, UNetConfig, dice_loss, fit_unet
+from repro.medical.unet import UNet, UNetConfig, UNetFit, dice_loss, fit_unet
 
 _A_LOW = float(np.exp(-KVP_140.knots[1][-1]))  # exp(-mu) at the densest bone the model knows
 
@@ -97,8 +97,8 @@ def train_segmenter(
         The trained segmenter (in eval mode, on ``device``).
     """
     target = torch.from_numpy(np.asarray(hot, dtype=np.float32))[:, None]
-    return fit_unet(config, to_signed(ct01), target, dice_loss, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
-                    device=device, desc="attention segmenter")
+    fit = UNetFit(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device, desc="attention segmenter")
+    return fit_unet(config, to_signed(ct01), target, dice_loss, fit)
 
 
 @torch.no_grad()
@@ -191,8 +191,9 @@ def train_translator(
     )
     training = BridgeTraining(schedule=settings.schedule, epochs=settings.epochs, batch_size=settings.batch_size,
                               lr=settings.lr, p_uncond=0.0, loss="l1", ema_decay=None, seed=seed)
-    result = train_bridge(UNet(config).to(device), to_signed(ct01), to_signed(pet01), cond, training)
-    return result.model
+    denoiser = UNet(config).to(device)
+    train_bridge(denoiser, to_signed(ct01), to_signed(pet01), cond, training)
+    return denoiser
 
 
 def translate(denoiser: UNet, ct01: np.ndarray, cond: torch.Tensor | None, settings: BridgeSettings, seed: int) -> np.ndarray:

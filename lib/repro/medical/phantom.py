@@ -173,10 +173,11 @@ class Phantom:
         """Union of the lesion masks, ``(D, H, W)`` bool."""
         if len(self.lesion_masks) == 0:
             return np.zeros(self.ct_hu.shape, dtype=bool)
-        return self.lesion_masks.any(axis=0)
+        return np.asarray(self.lesion_masks.any(axis=0))
 
 
-def _ellipse(x: np.ndarray, y: np.ndarray, cx: float, cy: float, ax: float, ay: float) -> np.ndarray:
+def _ellipse(x: np.ndarray, y: np.ndarray, cx: float, cy: float, ax: float | np.ndarray, ay: float | np.ndarray
+             ) -> np.ndarray:
     return ((x - cx) / ax) ** 2 + ((y - cy) / ay) ** 2 <= 1.0
 
 
@@ -314,7 +315,8 @@ def generate(config: PhantomConfig, rng: np.random.Generator) -> Phantom:
         idx = np.argwhere(region)
         if len(idx) == 0:
             continue
-        c = tuple(int(i) for i in idx[rng.integers(len(idx))])
+        picked = idx[rng.integers(len(idx))]
+        c = (int(picked[0]), int(picked[1]), int(picked[2]))
         cz, cy, cx = z[c], y[c], x[c]
         mask = (((z - cz) ** 2 + (y - cy) ** 2 + (x - cx) ** 2) <= radius**2) & masks["body"]
         mask[c] = True

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from repro.medical.cpdm import to_signed, to_unit
-from repro.medical.unet import UNet, UNetConfig, fit_unet
+from repro.medical.unet import UNet, UNetConfig, UNetFit, fit_unet
 
 
 def train_regression(
@@ -40,8 +40,8 @@ def train_regression(
     """
     if config.n_timesteps or config.cond_channels:
         raise ValueError("the regression UNet takes the CT alone: n_timesteps and cond_channels must be 0")
-    return fit_unet(config, to_signed(ct01), to_signed(pet01), l1_loss, epochs=epochs, batch_size=batch_size, lr=lr,
-                    seed=seed, device=device, desc="L1 regression UNet")
+    fit = UNetFit(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device, desc="L1 regression UNet")
+    return fit_unet(config, to_signed(ct01), to_signed(pet01), l1_loss, fit)
 
 
 def l1_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

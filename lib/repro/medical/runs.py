@@ -8,9 +8,9 @@ sweep over seeds and the checkpoint writer the network modules build on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generic, Protocol, TypeVar
+from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 import torch
 from torch import nn
@@ -59,6 +59,10 @@ class SeedJob(Generic[Params]):
         Torch intra-op threads of the worker.
     reuse
         Load the networks from ``checkpoint_dir`` instead of training them.
+    lrs
+        Per arm, the learning rates to try (the best on validation is kept); only these arms run.
+    tag
+        Added to the checkpoint names (a sweep's runs keep their own networks).
     """
 
     params: Params
@@ -66,6 +70,8 @@ class SeedJob(Generic[Params]):
     checkpoint_dir: str
     threads: int
     reuse: bool = False
+    lrs: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    tag: str = ""
 
     def start(self) -> torch.device:
         """Set this worker's torch threads and return the device the seed's networks train on."""
@@ -73,32 +79,33 @@ class SeedJob(Generic[Params]):
         return resolve_device(self.params.device)
 
 
-def sweep_seeds(
-    run_seed: Callable[[SeedJob[Params]], Outcome], params: Params, output_dir: str | Path, reuse: bool, desc: str
-) -> list[Outcome]:
-    """Run ``run_seed`` for every seed of ``params`` in ``params.workers`` processes.
+def seed_jobs(params: Params, output_dir: str | Path, *, lrs: Mapping[str, tuple[float, ...]], seeds: Sequence[int],
+              tag: str = "") -> list[SeedJob[Params]]:
+    """One job per seed, checkpoints under ``output_dir/checkpoints`` (reused when the parameters ask for it).
 
     Parameters
     ----------
-    run_seed
-        The chapter's per-seed function (module level, so that it pickles).
     params
-        The chapter's parameters.
+        The chapter's parameters (``reuse_checkpoints`` is read when present).
     output_dir
-        The run's folder; checkpoints go under ``output_dir/checkpoints``.
-    reuse
-        Load every seed's networks from there instead of training them.
-    desc
-        Progress-bar label.
-
-    Returns
-    -------
-    list
-        One outcome per seed, in the order of ``params.seeds``.
+        The run's folder.
+    lrs
+        Per arm, the learning rates to try.
+    seeds
+        The seeds.
+    tag
+        Added to the checkpoint names.
     """
     folder = str(Path(output_dir) / "checkpoints")
-    jobs = [SeedJob(params=params, seed=s, checkpoint_dir=folder, threads=TORCH_THREADS, reuse=reuse) for s in params.seeds]
-    return parallel_map(run_seed, jobs, workers=params.workers, desc=desc)
+    reuse = bool(getattr(params, "reuse_checkpoints", False))
+    return [SeedJob(params=params, seed=s, checkpoint_dir=folder, threads=TORCH_THREADS, reuse=reuse, lrs=dict(lrs), tag=tag)
+            for s in seeds]
+
+
+def run_jobs(run_seed: Callable[[SeedJob[Params]], Outcome], jobs: Sequence[SeedJob[Params]], workers: int,
+             desc: str) -> list[Outcome]:
+    """Run ``run_seed`` on every job, in ``workers`` processes; outcomes in job order."""
+    return parallel_map(run_seed, list(jobs), workers=workers, desc=desc)
 
 
 def save_network(net: nn.Module, path: str | Path, fields: dict[str, Any]) -> Path:

@@ -165,9 +165,33 @@ def dice_loss(logits: torch.Tensor, target: torch.Tensor, eps: float = 1.0) -> t
     return (1.0 - (2.0 * inter + eps) / (p.sum(1) + t.sum(1) + eps)).mean()
 
 
+@dataclass(frozen=True, kw_only=True)
+class UNetFit:
+    """How :func:`fit_unet` trains.
+
+    Attributes
+    ----------
+    epochs, batch_size, lr
+        Optimisation settings (minibatch Adam).
+    seed
+        Seed of the initial weights (drawn on the CPU) and of the batch order.
+    device
+        Where it trains.
+    desc
+        Progress-bar label.
+    """
+
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int
+    device: torch.device | str = "cpu"
+    desc: str = "UNet"
+
+
 def fit_unet(
-    config: UNetConfig, x: torch.Tensor, y: torch.Tensor, loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
-    epochs: int, batch_size: int, lr: float, seed: int, device: torch.device | str, desc: str,
+    config: UNetConfig, x: torch.Tensor, y: torch.Tensor, loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    fit: UNetFit,
 ) -> UNet:
     """Train a fresh plain UNet (no step embedding) to map ``x`` to ``y`` by minibatch Adam.
 
@@ -176,33 +200,27 @@ def fit_unet(
     config
         Network shape.
     x, y
-        Inputs and targets ``(n, C, H, W)`` on the CPU; batches are moved to ``device``.
+        Inputs and targets ``(n, C, H, W)`` on the CPU; batches are moved to ``fit.device``.
     loss
         ``loss(output, target)``, a scalar to minimise.
-    epochs, batch_size, lr
-        Optimisation settings.
-    seed
-        Seed of the initial weights (drawn on the CPU) and of the batch order.
-    device
-        Where it trains.
-    desc
-        Progress-bar label.
+    fit
+        Epochs, batch size, learning rate, seed, device and progress label.
 
     Returns
     -------
     UNet
-        The trained network (in eval mode, on ``device``).
+        The trained network (in eval mode, on ``fit.device``).
     """
-    torch.manual_seed(int(seed))
-    net = UNet(config).to(device)
-    gen = torch.Generator().manual_seed(int(seed))
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    torch.manual_seed(int(fit.seed))
+    net = UNet(config).to(fit.device)
+    gen = torch.Generator().manual_seed(int(fit.seed))
+    opt = torch.optim.Adam(net.parameters(), lr=fit.lr)
     net.train()
-    for _ in tqdm(range(epochs), desc=desc, leave=False):
+    for _ in tqdm(range(fit.epochs), desc=fit.desc, leave=False):
         perm = torch.randperm(len(x), generator=gen)
-        for start in range(0, len(x), batch_size):
-            idx = perm[start : start + batch_size]
-            batch_loss = loss(net(x[idx].to(device)), y[idx].to(device))
+        for start in range(0, len(x), fit.batch_size):
+            idx = perm[start : start + fit.batch_size]
+            batch_loss = loss(net(x[idx].to(fit.device)), y[idx].to(fit.device))
             opt.zero_grad(set_to_none=True)
             batch_loss.backward()
             opt.step()

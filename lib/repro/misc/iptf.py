@@ -255,25 +255,36 @@ class BayesNetRegressor:
                                   for k in range(len(self.edges_[TARGET]) - 1)])
         if self.learn_structure:
             search = HillClimbSearch(scoring_method="bic-d", return_type="dag", show_progress=False).fit(disc)
-            edges = list(search.causal_graph_.edges())
+            arcs = list(search.causal_graph_.edges())
         else:
-            edges = [(c, TARGET) for c in self.features_]
-        model = DiscreteBayesianNetwork(edges)
+            arcs = [(c, TARGET) for c in self.features_]
+        model = DiscreteBayesianNetwork(arcs)
         model.add_nodes_from(disc.columns)
         self.model_ = model.fit(disc, estimator=DiscreteBayesianEstimator(
             prior_type="BDeu", equivalent_sample_size=self.equivalent_sample_size))
         return self
 
+    def _fitted(self) -> tuple[DiscreteBayesianNetwork, np.ndarray]:
+        """The fitted network and the run-time bins' centres, or an error before :meth:`fit`."""
+        if self.model_ is None or self.centres_ is None:
+            raise ValueError("the network is not fitted; call fit first")
+        return self.model_, self.centres_
+
+    def network(self) -> DiscreteBayesianNetwork:
+        """The fitted network."""
+        return self._fitted()[0]
+
     def markov_blanket(self) -> list[str]:
         """The run-time node's Markov blanket in the fitted network."""
-        return sorted(self.model_.get_markov_blanket(TARGET))
+        return sorted(self._fitted()[0].get_markov_blanket(TARGET))
 
     def posterior(self, x: pd.DataFrame) -> np.ndarray:
         """``P(run-time bin | the Markov blanket's observed features)`` for every row, ``(n, target_bins)``."""
         blanket = [c for c in self.markov_blanket() if c in self.features_]
         disc = self._discretise(x[list(self.features_)])
-        infer = VariableElimination(self.model_)
-        out = np.empty((len(x), len(self.centres_)))
+        model, centres = self._fitted()
+        infer = VariableElimination(model)
+        out = np.empty((len(x), len(centres)))
         keys = disc[blanket].apply(lambda col: col.cat.codes).to_numpy() if blanket else np.zeros((len(x), 0), int)
         uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
         for i, combo in enumerate(uniq):
@@ -284,5 +295,6 @@ class BayesNetRegressor:
 
     def predict(self, x: pd.DataFrame) -> np.ndarray:
         """Posterior mean of the run time, with each bin at the mean training run time inside it."""
-        centres = np.nan_to_num(self.centres_, nan=float(np.nanmean(self.centres_)))
+        raw = self._fitted()[1]
+        centres = np.nan_to_num(raw, nan=float(np.nanmean(raw)))
         return self.posterior(x) @ centres

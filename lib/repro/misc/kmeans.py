@@ -567,8 +567,8 @@ def rank_slice(n: int, rank: int, size: int) -> slice:
     return slice(lo, lo + per + (1 if rank < extra else 0))
 
 
-def lloyd_step_mpi(comm: Any, local_points: np.ndarray, centroids: np.ndarray, variant: Variant,
-                   lanes: int) -> np.ndarray:
+def lloyd_step_mpi(comm: Any, local_points: np.ndarray, packed: PackedPoints, centroids: np.ndarray,
+                   variant: Variant) -> np.ndarray:
     """One distributed Lloyd step: local assignment and sums, then ``Allreduce`` of sums and counts.
 
     Parameters
@@ -577,10 +577,13 @@ def lloyd_step_mpi(comm: Any, local_points: np.ndarray, centroids: np.ndarray, v
         An ``mpi4py.MPI.Comm``.
     local_points
         This rank's ``(n_local, D)`` points.
+    packed
+        The same points in ``variant``'s layout (:func:`pack`, done once, outside the step, as the
+        single-process timing does).
     centroids
         ``(K, D)`` centroids, the same on every rank.
-    variant, lanes
-        The kernel variant and vector width used locally.
+    variant
+        The kernel variant used locally (its merge of the private sums).
 
     Returns
     -------
@@ -589,7 +592,6 @@ def lloyd_step_mpi(comm: Any, local_points: np.ndarray, centroids: np.ndarray, v
     """
     from mpi4py import MPI
 
-    packed = pack(local_points, variant, lanes)
     labels = assign(packed, centroids)
     partial = reduce_centroids(local_points, labels, centroids.shape[0], variant.reduction)
     sums = np.ascontiguousarray(partial.sums)
@@ -610,7 +612,7 @@ class MPIReport:
     centroids
         Centroids after ``steps`` distributed Lloyd steps.
     step_seconds
-        Best-of-``repeats`` wall time of one step (max over ranks).
+        Best-of-``repeats`` wall time of one step (max over ranks), the layout conversion excluded.
     allreduce_seconds
         Best-of-``repeats`` wall time of the two ``Allreduce`` calls alone (max over ranks).
     """
@@ -621,9 +623,42 @@ class MPIReport:
     allreduce_seconds: float
 
 
-def run_lloyd_mpi(ranks: int, n: int, d: int, k: int, seed: int, variant: Variant = BASELINE, steps: int = 1,
-                  repeats: int = 3, lanes: int | None = None, timeout: float = 120.0) -> MPIReport:
-    """Launch ``ranks`` MPI processes (one numba thread each) running :func:`lloyd_step_mpi`.
+@dataclass(frozen=True, kw_only=True)
+class MPIRun:
+    """One launch of the distributed Lloyd worker.
+
+    Attributes
+    ----------
+    ranks
+        MPI processes (one numba thread each).
+    n, d, k, seed
+        The seeded dataset (:func:`make_dataset`), regenerated on every rank.
+    variant
+        The kernel variant used locally.
+    steps
+        Distributed steps before the centroids are reported.
+    repeats
+        Timed steps (the best is kept).
+    lanes
+        Vector width of the layout (default :func:`host_lanes`).
+    timeout
+        Seconds before the launch is abandoned.
+    """
+
+    ranks: int
+    n: int
+    d: int
+    k: int
+    seed: int
+    variant: Variant = BASELINE
+    steps: int = 1
+    repeats: int = 3
+    lanes: int | None = None
+    timeout: float = 120.0
+
+
+def run_lloyd_mpi(run: MPIRun) -> MPIReport:
+    """Launch ``run.ranks`` MPI processes (one numba thread each) running :func:`lloyd_step_mpi`.
 
     Every rank regenerates the seeded dataset and keeps its :func:`rank_slice`.
 
@@ -632,11 +667,12 @@ def run_lloyd_mpi(ranks: int, n: int, d: int, k: int, seed: int, variant: Varian
     MPIReport
         Rank 0's report.
     """
-    args = ["-m", "repro.misc.kmeans", "--n", n, "--d", d, "--k", k, "--seed", seed, "--steps", steps,
-            "--repeats", repeats, "--layout", variant.layout, "--padded", int(variant.padded),
-            "--reduction", variant.reduction, "--lanes", lanes or host_lanes()]
+    v = run.variant
+    args = ["-m", "repro.misc.kmeans", "--n", run.n, "--d", run.d, "--k", run.k, "--seed", run.seed, "--steps",
+            run.steps, "--repeats", run.repeats, "--layout", v.layout, "--padded", int(v.padded),
+            "--reduction", v.reduction, "--lanes", run.lanes or host_lanes()]
     env = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = run_mpi([str(a) for a in args], ranks, timeout, env=env)
+    proc = run_mpi([str(a) for a in args], run.ranks, run.timeout, env=env)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
     raw = json.loads(line)
     return MPIReport(**raw)
@@ -661,15 +697,16 @@ def _mpi_main(argv: list[str] | None = None) -> None:
     data = make_dataset(args.n, args.d, args.k, args.seed)
     local = np.ascontiguousarray(data.points[rank_slice(args.n, comm.Get_rank(), comm.Get_size())])
     variant = Variant(layout=args.layout, padded=bool(args.padded), reduction=args.reduction)
+    packed = pack(local, variant, args.lanes)  # once: the timed step is the kernel, as in the single-process sweep
     centroids = data.init
     for _ in range(args.steps):
-        centroids = lloyd_step_mpi(comm, local, centroids, variant, args.lanes)
+        centroids = lloyd_step_mpi(comm, local, packed, centroids, variant)
     step_best, ar_best = math.inf, math.inf
     probe = np.zeros(args.k * args.d + args.k)
     for _ in range(args.repeats):
         comm.Barrier()
         t0 = time.perf_counter()
-        lloyd_step_mpi(comm, local, data.init, variant, args.lanes)
+        lloyd_step_mpi(comm, local, packed, data.init, variant)
         step_best = min(step_best, comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
         comm.Barrier()
         t0 = time.perf_counter()

@@ -164,7 +164,7 @@ def minimum_chain_cover(g: nx.DiGraph) -> list[list[str]]:
     has_pred = set(succ.values())
     order = {v: i for i, v in enumerate(topological_order(g))}
     chains = []
-    for v in sorted(g, key=order.get):
+    for v in sorted(g, key=lambda node: order[node]):
         if v in has_pred:
             continue
         chain = [v]

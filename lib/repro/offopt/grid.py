@@ -426,14 +426,15 @@ def _run_cell(
     cfg = base.with_overrides(spec.root, {reg: spec.regularizer_kwargs} if reg else {})
     rkw = dict(cfg.regularizer_kwargs.get(reg or "", {}))
     t0 = time.perf_counter()
-    model, train_s, diag = None, 0.0, {}
+    model, train_s = None, 0.0
+    diag: dict[str, float] = {}
     kind = surrogate_kind(opt)
     if kind is not None:
         key = (kind, reg, repr(sorted(rkw.items())))
         if key not in models:
             m, _ = fit_surrogate(task, seed=seed, regularizer=reg, config=cfg.surrogate, regularizer_kwargs=rkw, kind=kind)
             trained = time.perf_counter() - t0
-            d = {}
+            d: dict[str, float] = {}
             if diagnostics.which and kind == "single":
                 d = surrogate_diagnostics(m, task, diagnostics.which, seed=derive_seed(seed, 90),
                                           sensitivity_kwargs=diagnostics.sensitivity_kwargs)

@@ -25,7 +25,7 @@ Notation (after the chapter specs): ``beta`` are the surrogate's parameters and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -74,7 +74,7 @@ def mean_prediction(model: nn.Module, x: torch.Tensor, params: Params | None = N
     return out.mean()
 
 
-def _grads(value: torch.Tensor, params: Sequence[torch.Tensor], create_graph: bool) -> list[torch.Tensor]:
+def _grads(value: torch.Tensor, params: Iterable[torch.Tensor], create_graph: bool) -> list[torch.Tensor]:
     params = list(params)
     if not value.requires_grad:  # the value does not depend on any parameter
         return [torch.zeros_like(p) for p in params]
@@ -82,8 +82,18 @@ def _grads(value: torch.Tensor, params: Sequence[torch.Tensor], create_graph: bo
     return [torch.zeros_like(p) if g is None else g for p, g in zip(params, gs)]
 
 
+def _total(terms: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of scalar tensors, left to right as ``sum`` adds them (a zero tensor for none)."""
+    if not terms:
+        return torch.zeros(())
+    out = terms[0]
+    for t in terms[1:]:
+        out = out + t
+    return out
+
+
 def _norm(gs: Sequence[torch.Tensor]) -> torch.Tensor:
-    return torch.sqrt(sum((g * g).sum() for g in gs))
+    return torch.sqrt(_total([(g * g).sum() for g in gs]))
 
 
 def _shift(params: Params, direction: Sequence[torch.Tensor], step: float | torch.Tensor) -> Params:
@@ -121,7 +131,7 @@ def gradient_sum(
     params = trainable_params(model)
     g_b = mean_prediction(model, x)
     gs = _grads(g_b, params.values(), create_graph)
-    s = sum(g.sum() for g in gs) if variant == "sum" else _norm(gs)
+    s = _total([g.sum() for g in gs]) if variant == "sum" else _norm(gs)
     return g_b, s
 
 
@@ -561,7 +571,7 @@ class SharpnessRegularizer:
         norm, hs = grad_norm_gradient(
             model, x, y, r=None if self.hvp == "autograd" else self.r, target=self.target, loss=self.loss
         )
-        lin = sum((h * p).sum() for h, p in zip(hs, params.values()))
+        lin = _total([(h * p).sum() for h, p in zip(hs, params.values())])
         # value: coef * norm; gradient w.r.t. beta: coef * d||grad T||/dbeta
         penalty = coef * (lin - lin.detach()) + coef * norm
         sharp = self.rho * norm

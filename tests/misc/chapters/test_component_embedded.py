@@ -6,13 +6,16 @@ import pytest
 
 from repro.misc.chapters import component_embedded as chapter
 
-SPEC = chapter.ModelSpec(actions=(15, 40), components=(2, 3), edge_prob=0.15, loop_share=0.2, loop_chunks=4)
+PARAMS = chapter.Params(case_study="sensor_filter_controller", loop_chunks=4, processors=(2, 4, 8), n_models=2,
+                        actions=(15, 40), components=(2, 3), edge_prob=0.15, loop_share=0.2,
+                        utilisations=(0.3, 0.6, 0.9), instances=1, low_fraction=0.5, task_sets=3, activities=3,
+                        seeds=(0, 1), workers=1)
+SPEC = PARAMS.model_spec()
 
 
 @pytest.fixture(scope="module")
 def federated():
-    return chapter.federated_sweep(SPEC, [0, 1], task_sets=3, activities=3, processors=[2, 4, 8],
-                                   utilisations=[0.3, 0.6, 0.9])
+    return chapter.federated_sweep(PARAMS)
 
 
 def test_every_simulated_response_stays_within_its_bound(federated):
@@ -43,3 +46,25 @@ def test_utilisation_split_is_reproducible():
     assert sum(a.share for a in first) == pytest.approx(1.0)
     assert all(a.makespan[0] == pytest.approx(a.volume) and min(a.makespan) >= a.critical_path["chains"] - 1e-9
                for a in first)
+
+
+def test_checks_refuse_more_components_than_actions():
+    import dataclasses
+
+    from repro.params import ParameterError
+
+    PARAMS.checks()
+    with pytest.raises(ParameterError, match="'components', 'actions'"):
+        dataclasses.replace(PARAMS, components=(2, 20)).checks()
+    with pytest.raises(ParameterError, match="'actions'"):
+        dataclasses.replace(PARAMS, actions=(40, 15)).checks()
+
+
+def test_the_gain_over_the_sequential_design_is_never_negative():
+    """Structural: a list schedule of a DAG is never slower than its sequential order."""
+    results = chapter.run(PARAMS)
+    sim = results.schedulability[results.schedulability.method == "simulation"]
+    table = sim.pivot_table(index=["seed", "m", "utilisation"], columns="design", values="ratio")
+    assert (table.chains >= table.sequential).all()
+    c = chapter.claims(results)
+    assert all(v >= 0 for v in c["sim_gain_vs_sequential"]) and all(v >= 1 for v in c["case_speedup"])

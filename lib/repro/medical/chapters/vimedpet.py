@@ -6,25 +6,33 @@ model saw before ViMed-PET, and an in-domain distribution for ViMed-PET
 itself.  A report generator is pre-trained on the general CT+PET data
 (the **no fine-tuning** arm) and then fine-tuned on in-domain CT+PET (the
 **in-domain CT+PET** arm); a second generator sees the CT only, with the PET
-channel blanked, in pre-training and in fine-tuning (the **CT only** arm).  All three write reports for the same in-domain test
-volumes, scored by BLEU-4, ROUGE-L and per-field clinical accuracy read by
-the rule-based extractor.  Networks are saved under ``output_dir/checkpoints/``
-(with CPU tensors).  They train and decode on the ``device`` parameter's
-device; weights are initialised and batches ordered on the CPU, so every
-device starts from the same ones.
+channel blanked, in pre-training and in fine-tuning (the **CT only** arm).
+Every arm is tuned over the same learning-rate grid, chosen by its BLEU-4 on
+in-domain validation volumes of the first seed and then fixed for the other
+seeds.  All three write reports for the same in-domain test volumes, scored by
+BLEU-4, ROUGE-L and per-field clinical accuracy read by the rule-based
+extractor, beside the trivial prediction (the most frequent training report
+written for every case).  Networks are saved under
+``output_dir/checkpoints/`` (with CPU tensors).  They train and decode on the
+``device`` parameter's device; weights are initialised and batches ordered on
+the CPU, so every device starts from the same ones.  The paper's second task,
+visual question answering, is not reproduced (see the chapter's fidelity table).
 """
 
 from __future__ import annotations
 
 import copy
 import textwrap
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 
 from repro.checkpoints import trained
 from repro.medical.figures import show_ct, show_pet
@@ -40,7 +48,9 @@ from repro.medical.report_generator import (
     train_generator,
 )
 from repro.medical.reports import FieldScores, bleu4, field_accuracy, render, rouge_l
-from repro.medical.runs import SeedJob, sweep_seeds
+from repro.medical.runs import SeedJob, run_jobs, seed_jobs
+from repro.params import ChapterParams, require
+from repro.results import Evidence
 
 ARMS = ("no_finetune", "finetune_ct_only", "finetune_ctpet")
 ARM_LABELS = {
@@ -53,13 +63,14 @@ GENERAL_SEED_OFFSET = 1_000_003  # the general data never share a case stream wi
 
 
 @dataclass(frozen=True, kw_only=True)
-class VimedpetParams:
-    """The chapter's parameters (schema in ``chapters/vimedpet.yaml``)."""
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``chapters/vimedpet.yaml``)."""
 
     depth: int
     size: int
     n_general: int
     n_train: int
+    n_val: int
     n_test: int
     max_lesions: int
     suv_max: float
@@ -72,25 +83,27 @@ class VimedpetParams:
     pretrain_epochs: int
     finetune_epochs: int
     batch_size: int
-    lr: float
+    lr_grid: tuple[float, ...]
     max_len: int
     n_examples: int
     seeds: tuple[int, ...]
     workers: int
+    reuse_checkpoints: bool = False
     device: str = "cpu"
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
-        object.__setattr__(self, "channels", tuple(int(c) for c in self.channels))
-        if len(self.channels) != 3:
-            raise ValueError(f"channels needs three widths, got {self.channels}")
-        if self.depth % 8 or self.size % 8:
-            raise ValueError(f"depth and size must be multiples of 8, got {self.depth}, {self.size}")
+    def checks(self) -> None:
+        """Refuse volumes the encoder cannot stride, a wrong number of widths, too many examples, repeats."""
+        require(self.depth % 8 == 0 and self.size % 8 == 0, self, ("depth", "size"), "depth and size must be multiples of 8")
+        require(len(self.channels) == 3, self, "channels", "channels needs exactly three widths")
+        require(self.n_examples <= self.n_test, self, ("n_examples", "n_test"), "n_examples must not exceed n_test")
+        for name in ("seeds", "lr_grid"):
+            values = getattr(self, name)
+            require(len(set(values)) == len(values), self, name, f"{name} must not repeat")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ArmResult:
-    """One arm's scores on one seed's in-domain test volumes.
+    """One arm's scores on one seed's in-domain test volumes, at the learning rate chosen on validation.
 
     Attributes
     ----------
@@ -98,6 +111,10 @@ class ArmResult:
         One of :data:`ARMS`.
     seed
         The seed.
+    lr
+        The learning rate of all the arm's training (the best validation BLEU-4 of those tried).
+    val_bleu4
+        Validation BLEU-4 of every learning rate tried (NaN when the rate was fixed).
     bleu4, rouge_l
         Corpus BLEU-4 and mean ROUGE-L F, fractions.
     fields
@@ -108,6 +125,8 @@ class ArmResult:
 
     arm: str
     seed: int
+    lr: float
+    val_bleu4: dict[float, float]
     bleu4: float
     rouge_l: float
     fields: FieldScores
@@ -136,24 +155,40 @@ class ReportExample:
 
 @dataclass(frozen=True, kw_only=True)
 class SeedResult:
-    """Everything one seed produced."""
+    """Everything one seed produced.
+
+    Attributes
+    ----------
+    seed
+        The seed.
+    arms
+        The three arms.
+    examples
+        A few test cases with every arm's report.
+    pretrain_loss
+        The CT+PET generator's pre-training loss per epoch (at the no-fine-tuning arm's rate).
+    trivial
+        The trivial prediction: the most frequent training report written for every test case, scored
+        like an arm (``bleu4``, ``fields``).
+    """
 
     seed: int
     arms: tuple[ArmResult, ...]
     examples: tuple[ReportExample, ...]
-    pretrain_loss: tuple[float, ...]  # of the CT+PET generator
+    pretrain_loss: tuple[float, ...]
+    trivial: ArmResult
 
     def arm(self, name: str) -> ArmResult:
         """The result of arm ``name``."""
         return next(a for a in self.arms if a.arm == name)
 
 
-def in_domain_config(p: VimedpetParams) -> PhantomConfig:
+def in_domain_config(p: Params) -> PhantomConfig:
     """The phantom distribution standing in for ViMed-PET."""
     return PhantomConfig(shape=(p.depth, p.size, p.size), max_lesions=p.max_lesions)
 
 
-def general_config(p: VimedpetParams) -> PhantomConfig:
+def general_config(p: Params) -> PhantomConfig:
     """The shifted "general" distribution: another calibration and mostly lung findings."""
     lung = p.general_lung_weight
     return PhantomConfig(
@@ -174,132 +209,195 @@ def blank_pet(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def run_seed(job: SeedJob[VimedpetParams]) -> SeedResult:
-    """Pre-train, fine-tune and score the three arms on one seed's phantoms.
+@dataclass(frozen=True, kw_only=True)
+class Corpus:
+    """One seed's volumes and reports, standardised, split into general, training, validation and test.
+
+    Attributes
+    ----------
+    vocab, scaling
+        The word vocabulary and the channel standardisation (fitted on the general volumes).
+    x_general, x_train, x_val, x_test
+        Standardised two-channel volumes.
+    general_ids, train_ids
+        Token ids of the general and training reports.
+    val_reports, test_reports
+        The validation and test reports (references).
+    test_truth
+        The test cases' findings.
+    train_reports
+        The in-domain training reports.
+    """
+
+    vocab: Vocabulary
+    scaling: ChannelScaling
+    x_general: np.ndarray
+    x_train: np.ndarray
+    x_val: np.ndarray
+    x_test: np.ndarray
+    general_ids: np.ndarray
+    train_ids: np.ndarray
+    val_reports: list[str]
+    test_reports: list[str]
+    test_truth: list
+    train_reports: list[str]
+
+
+def corpus(p: Params, seed: int) -> tuple[Corpus, PhantomSet]:
+    """The seed's general and in-domain phantoms as a :class:`Corpus` (and the in-domain set, for the figures)."""
+    general = generate_set(p.n_general, general_config(p), GENERAL_SEED_OFFSET + seed)
+    domain = generate_set(p.n_train + p.n_val + p.n_test, in_domain_config(p), seed)
+    general_reports = [render(f) for f in general.findings]
+    reports = [render(f) for f in domain.findings]
+    n, v = p.n_train, p.n_train + p.n_val
+    vocab = Vocabulary.build(general_reports + reports[:n])
+    scaling = ChannelScaling.fit(volumes(general, p.suv_max))
+    x = scaling.apply(volumes(domain, p.suv_max))
+    data = Corpus(vocab=vocab, scaling=scaling, x_general=scaling.apply(volumes(general, p.suv_max)), x_train=x[:n],
+                  x_val=x[n:v], x_test=x[v:], general_ids=vocab.encode(general_reports, p.max_len + 1),
+                  train_ids=vocab.encode(reports[:n], p.max_len + 1), val_reports=reports[n:v],
+                  test_reports=reports[v:], test_truth=domain.findings[v:], train_reports=reports[:n])
+    return data, domain
+
+
+def _inputs(arm: str, x: np.ndarray) -> np.ndarray:
+    """What arm ``arm`` sees of standardised volumes (the CT-only arm: the PET channel blanked)."""
+    return blank_pet(x) if arm == "finetune_ct_only" else x
+
+
+def _train_at(lr: float, arms: tuple[str, ...], data: Corpus, job: SeedJob[Params]
+              ) -> tuple[dict[str, ReportGenerator], dict[str, list[float]]]:
+    """Pre-train and fine-tune, at learning rate ``lr``, the generators the arms ``arms`` need."""
+    p, seed, dev = job.params, job.seed, job.start()
+    widths = (p.channels[0], p.channels[1], p.channels[2])
+    config = GeneratorConfig(volume_shape=(p.depth, p.size, p.size), vocab_size=len(data.vocab), channels=widths,
+                             hidden=p.hidden, embed=p.embed)
+    variants = {"ctpet" for arm in arms if arm != "finetune_ct_only"} | {"ct_only" for arm in arms
+                                                                          if arm == "finetune_ct_only"}
+    pretrained, losses = {}, {}
+    for variant in sorted(variants):
+        torch.manual_seed(seed)
+        pretrained[variant] = ReportGenerator(config).to(dev)
+        x_pre = blank_pet(data.x_general) if variant == "ct_only" else data.x_general
+        losses[variant] = train_generator(pretrained[variant], x_pre, data.general_ids, epochs=p.pretrain_epochs,
+                                          batch_size=p.batch_size, lr=lr, seed=seed, desc=f"pre-training ({variant})")
+    models: dict[str, ReportGenerator] = {}
+    for arm in arms:
+        if arm == "no_finetune":
+            models[arm] = pretrained["ctpet"]
+            continue
+        model = copy.deepcopy(pretrained["ct_only" if arm == "finetune_ct_only" else "ctpet"])
+        train_generator(model, _inputs(arm, data.x_train), data.train_ids, epochs=p.finetune_epochs,
+                        batch_size=p.batch_size, lr=lr, seed=seed + 1, desc=f"fine-tuning ({arm})")
+        models[arm] = model
+    return models, {"pretraining_loss": [float(v) for v in losses.get("ctpet", [])]}
+
+
+def _trained_at(lr: float, arms: tuple[str, ...], data: Corpus, job: SeedJob[Params]
+                ) -> tuple[dict[str, ReportGenerator], dict[str, list[float]], dict[str, str]]:
+    """:func:`_train_at` through the checkpoints (one file per arm), with each arm's checkpoint path."""
+    meta = {"seed": job.seed, "params": asdict(job.params), "lr": lr}
+
+    def path(first: Path, arm: str) -> Path:
+        return first.with_name(f"{arm}_lr{lr:g}_seed{job.seed}.pt")
+
+    def save(models: dict[str, ReportGenerator], first: Path) -> Path:
+        for arm in arms:
+            save_generator(models[arm], data.vocab, data.scaling, path(first, arm), meta)
+        return first
+
+    done = trained(Path(job.checkpoint_dir), f"{arms[0]}_lr{lr:g}_seed{job.seed}.pt", job.reuse,
+                   lambda: _train_at(lr, arms, data, job), save,
+                   lambda first: {arm: load_generator(path(first, arm))[0] for arm in arms})
+    first = done.path if done.path is not None else Path(job.checkpoint_dir) / "unsaved.pt"
+    return done.model, done.extras, {arm: str(path(first, arm)) for arm in arms}
+
+
+def trivial_report(train_reports: list[str]) -> str:
+    """The most frequent training report (the first of the most frequent on ties): the trivial prediction."""
+    return Counter(train_reports).most_common(1)[0][0]
+
+
+def run_seed(job: SeedJob[Params]) -> SeedResult:
+    """Train every arm of ``job.lrs`` at each of its learning rates, keep the best on validation, score it on test.
 
     Parameters
     ----------
     job
-        Parameters, seed, checkpoint folder and torch threads.
+        Parameters, seed, checkpoint folder, torch threads and, per arm, the learning rates to try.
 
     Returns
     -------
     SeedResult
-        Scores per arm, example reports and the pre-training loss curve.
+        Scores per arm, example reports, the pre-training loss curve and the trivial prediction's scores.
     """
-    dev = job.start()
     p, seed = job.params, job.seed
-    general = generate_set(p.n_general, general_config(p), GENERAL_SEED_OFFSET + seed)
-    domain = generate_set(p.n_train + p.n_test, in_domain_config(p), seed)
-    general_reports = [render(f) for f in general.findings]
-    domain_reports = [render(f) for f in domain.findings]
-    train_reports, test_reports = domain_reports[: p.n_train], domain_reports[p.n_train :]
-    test_truth = domain.findings[p.n_train :]
-    vocab = Vocabulary.build(general_reports + train_reports)
-    scaling = ChannelScaling.fit(volumes(general, p.suv_max))
-    x_general = scaling.apply(volumes(general, p.suv_max))
-    x_domain = scaling.apply(volumes(domain, p.suv_max))
-    x_train, x_test = x_domain[: p.n_train], x_domain[p.n_train :]
-    ckpt, meta = Path(job.checkpoint_dir), {"seed": seed, "params": asdict(p)}
-
-    config = GeneratorConfig(
-        volume_shape=(p.depth, p.size, p.size),
-        vocab_size=len(vocab),
-        channels=p.channels,
-        hidden=p.hidden,
-        embed=p.embed,
-    )
-    inputs = {"no_finetune": x_test, "finetune_ct_only": blank_pet(x_test), "finetune_ctpet": x_test}
-
-    def train_arms() -> tuple[dict[str, ReportGenerator], dict]:
-        general_ids = vocab.encode(general_reports, p.max_len + 1)
-        pretrained, losses = {}, {}
-        for variant, x_pre in (("ctpet", x_general), ("ct_only", blank_pet(x_general))):
-            torch.manual_seed(seed)
-            pretrained[variant] = ReportGenerator(config).to(dev)
-            losses[variant] = train_generator(
-                pretrained[variant],
-                x_pre,
-                general_ids,
-                epochs=p.pretrain_epochs,
-                batch_size=p.batch_size,
-                lr=p.lr,
-                seed=seed,
-                desc=f"pre-training ({variant})",
-            )
-        save_generator(pretrained["ct_only"], vocab, scaling, ckpt / f"pretrained_ct_only_seed{seed}.pt", meta)
-        train_ids = vocab.encode(train_reports, p.max_len + 1)
-        models = {"no_finetune": pretrained["ctpet"]}
-        for arm, (start, fit_x) in {
-            "finetune_ct_only": (pretrained["ct_only"], blank_pet(x_train)),
-            "finetune_ctpet": (pretrained["ctpet"], x_train),
-        }.items():
-            model = copy.deepcopy(start)
-            train_generator(
-                model,
-                fit_x,
-                train_ids,
-                epochs=p.finetune_epochs,
-                batch_size=p.batch_size,
-                lr=p.lr,
-                seed=seed + 1,
-                desc=f"fine-tuning ({arm})",
-            )
-            models[arm] = model
-        return models, {"pretraining_loss": [float(v) for v in losses["ctpet"]]}
-
-    def arm_path(first: Path, arm: str) -> Path:
-        return first.with_name(f"{arm}_seed{seed}.pt")
-
-    def save_arms(models: dict[str, ReportGenerator], first: Path) -> Path:
-        for arm in ARMS:
-            save_generator(models[arm], vocab, scaling, arm_path(first, arm), meta)
-        return first
-
-    done = trained(
-        ckpt,
-        f"{ARMS[0]}_seed{seed}.pt",
-        job.reuse,
-        train_arms,
-        save_arms,
-        lambda first: {arm: load_generator(arm_path(first, arm))[0] for arm in ARMS},
-    )
-    models, losses = done.model, done.extras["pretraining_loss"]
-
-    results, generated = [], {}
-    for arm in ARMS:
-        reports = generate_reports(models[arm], vocab, inputs[arm], p.max_len)
+    data, domain = corpus(p, seed)
+    by_lr: dict[float, list[str]] = {}
+    for arm, lrs in job.lrs.items():
+        for lr in lrs:
+            by_lr.setdefault(lr, []).append(arm)
+    runs = {lr: _trained_at(lr, tuple(a for a in ARMS if a in arms), data, job) for lr, arms in by_lr.items()}
+    results, generated, losses = [], {}, []
+    for arm, lrs in job.lrs.items():
+        val = {lr: (bleu4(generate_reports(runs[lr][0][arm], data.vocab, _inputs(arm, data.x_val), p.max_len),
+                          data.val_reports) if len(lrs) > 1 else float("nan")) for lr in lrs}
+        lr = max(val, key=lambda v: (val[v], -v)) if len(lrs) > 1 else lrs[0]
+        model, extras, paths = runs[lr]
+        reports = generate_reports(model[arm], data.vocab, _inputs(arm, data.x_test), p.max_len)
         generated[arm] = reports
-        path = str(arm_path(done.path, arm))
-        results.append(
-            ArmResult(
-                arm=arm,
-                seed=seed,
-                bleu4=bleu4(reports, test_reports),
-                rouge_l=rouge_l(reports, test_reports),
-                fields=field_accuracy(reports, test_truth),
-                checkpoint=path,
-            )
-        )
-    raw = volumes(domain, p.suv_max)[p.n_train : p.n_train + p.n_examples]
+        if arm == "no_finetune":
+            losses = list(extras.get("pretraining_loss", []))
+        results.append(ArmResult(arm=arm, seed=seed, lr=lr, val_bleu4=val, bleu4=bleu4(reports, data.test_reports),
+                                 rouge_l=rouge_l(reports, data.test_reports),
+                                 fields=field_accuracy(reports, data.test_truth), checkpoint=paths[arm]))
+    constant = [trivial_report(data.train_reports)] * len(data.test_reports)
+    trivial = ArmResult(arm="constant report", seed=seed, lr=float("nan"), val_bleu4={},
+                        bleu4=bleu4(constant, data.test_reports), rouge_l=rouge_l(constant, data.test_reports),
+                        fields=field_accuracy(constant, data.test_truth), checkpoint="")
+    start = p.n_train + p.n_val
+    raw = volumes(domain, p.suv_max)[start: start + p.n_examples]
     examples = tuple(
-        ReportExample(
-            ct_projection=raw[i, 0][:, p.size // 2],
-            pet_projection=raw[i, 1].max(axis=1),
-            truth=test_reports[i],
-            generated={a: generated[a][i] for a in ARMS},
-        )
+        ReportExample(ct_projection=raw[i, 0][:, p.size // 2], pet_projection=raw[i, 1].max(axis=1),
+                      truth=data.test_reports[i], generated={a: generated[a][i] for a in generated})
         for i in range(len(raw))
     )
-    return SeedResult(seed=seed, arms=tuple(results), examples=examples, pretrain_loss=tuple(losses))
+    return SeedResult(seed=seed, arms=tuple(results), examples=examples, pretrain_loss=tuple(losses), trivial=trivial)
 
 
-def sweep(params: VimedpetParams, output_dir: str | Path, reuse: bool = False) -> list[SeedResult]:
-    """Run every seed (in ``params.workers`` processes), checkpoints under ``output_dir/checkpoints``.
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
 
-    With ``reuse`` each seed's generators (and pre-training curve) are loaded from there instead of trained.
+    Attributes
+    ----------
+    seeds
+        One result per seed, every arm at its chosen learning rate.
+    chosen_lr
+        Arm -> the learning rate chosen on the first seed's validation volumes.
     """
-    return sweep_seeds(run_seed, params, output_dir, reuse, "vimedpet seeds")
+
+    seeds: tuple[SeedResult, ...]
+    chosen_lr: Mapping[str, float]
+
+
+def run(params: Params, output_dir: str | Path | None = None) -> Results:
+    """Tune every arm on the first seed's validation volumes, then run the other seeds at the chosen rates.
+
+    Parameters
+    ----------
+    params
+        The chapter's parameters.
+    output_dir
+        The run's folder; checkpoints go under ``output_dir/checkpoints`` (default: the notebook's build folder).
+    """
+    out = Path(output_dir) if output_dir is not None else Path("build/notebook/vimedpet")
+    grid = {arm: params.lr_grid for arm in ARMS}
+    first = run_jobs(run_seed, seed_jobs(params, out, lrs=grid, seeds=params.seeds[:1]), 1, "vimedpet tuning")[0]
+    chosen = {a.arm: a.lr for a in first.arms}
+    rest = run_jobs(run_seed, seed_jobs(params, out, lrs={a: (lr,) for a, lr in chosen.items()}, seeds=params.seeds[1:]),
+                    params.workers, "vimedpet seeds")
+    return Results(seeds=(first, *rest), chosen_lr=chosen)
 
 
 def lung_gap(fields: FieldScores) -> float:
@@ -309,22 +407,43 @@ def lung_gap(fields: FieldScores) -> float:
     return float(100.0 * (lung - other))
 
 
-def claims(results: list[SeedResult]) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims (ids as in ``chapters/vimedpet.yaml``)."""
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """Per-seed values of the chapter's claims (ids as in ``chapters/vimedpet.yaml``), with the arms' quality.
+
+    The learning precondition reads each compared arm's BLEU-4 (the text claims) or lesion-position accuracy
+    (the field claims), in points, against the constant report's.
+    """
+    seeds = list(results.seeds)
+
+    def points(get: str, arms: tuple[str, ...]) -> dict[str, list[float]]:
+        return {a: [100.0 * _quality(r.arm(a), get) for r in seeds] for a in arms}
+
+    def trivial(get: str) -> float:
+        return float(np.mean([100.0 * _quality(r.trivial, get) for r in seeds]))
+
+    gain = ("finetune_ctpet", "no_finetune")
     return {
-        "finetune_bleu_gain": [100.0 * (r.arm("finetune_ctpet").bleu4 - r.arm("no_finetune").bleu4) for r in results],
-        "finetune_fields_gain": [
-            100.0 * (r.arm("finetune_ctpet").fields.position - r.arm("no_finetune").fields.position) for r in results
-        ],
-        "pet_fdg_gain": [100.0 * (r.arm("finetune_ctpet").fields.fdg - r.arm("finetune_ct_only").fields.fdg) for r in results],
-        "lung_gap": [lung_gap(r.arm("finetune_ctpet").fields) for r in results],
+        "finetune_bleu_gain": Evidence(values=[100.0 * (r.arm(gain[0]).bleu4 - r.arm(gain[1]).bleu4) for r in seeds],
+                                       arms=points("bleu4", gain), trivial=trivial("bleu4")),
+        "finetune_fields_gain": Evidence(
+            values=[100.0 * (r.arm(gain[0]).fields.position - r.arm(gain[1]).fields.position) for r in seeds],
+            arms=points("position", gain), trivial=trivial("position")),
+        "pet_fdg_gain": [100.0 * (r.arm("finetune_ctpet").fields.fdg - r.arm("finetune_ct_only").fields.fdg) for r in seeds],
+        "lung_gap": Evidence(values=[lung_gap(r.arm("finetune_ctpet").fields) for r in seeds],
+                             arms=points("position", ("finetune_ctpet",)), trivial=trivial("position")),
     }
 
 
-def benchmark_table(results: list[SeedResult]) -> pd.DataFrame:
+def _quality(arm: ArmResult, get: str) -> float:
+    """An arm's BLEU-4 or lesion-position accuracy, as a fraction (0 where there is nothing to score)."""
+    value = arm.bleu4 if get == "bleu4" else arm.fields.position
+    return 0.0 if np.isnan(value) else float(value)
+
+
+def benchmark_table(results: Results) -> pd.DataFrame:
     """Mean ± sd over seeds of the text metrics and field accuracies (percent), one row per arm."""
     rows = []
-    for arm in ARMS:
+    for arm in (*ARMS, "constant report"):
         vals = pd.DataFrame(
             [
                 {
@@ -335,22 +454,23 @@ def benchmark_table(results: list[SeedResult]) -> pd.DataFrame:
                     "FDG uptake": 100 * a.fields.fdg,
                     "normal cases": 100 * a.fields.normal_cases,
                 }
-                for a in (r.arm(arm) for r in results)
+                for a in (r.trivial if arm == "constant report" else r.arm(arm) for r in results.seeds)
             ]
         )
-        rows.append({"arm": ARM_LABELS[arm], **{c: f"{vals[c].mean():.1f} ± {vals[c].std(ddof=0):.1f}" for c in vals.columns}})
+        cells = {c: f"{vals[c].mean():.1f} ± {vals[c].std(ddof=0):.1f}" for c in vals.columns}
+        rows.append({"arm": ARM_LABELS.get(arm, arm), **cells})
     return pd.DataFrame(rows).set_index("arm")
 
 
-def site_table(results: list[SeedResult]) -> pd.DataFrame:
+def site_table(results: Results) -> pd.DataFrame:
     """All-fields accuracy (percent) per lesion site and arm, mean over seeds."""
     return pd.DataFrame(
-        {ARM_LABELS[a]: [100 * np.nanmean([r.arm(a).fields.by_site[s] for r in results]) for s in SITES] for a in ARMS},
+        {ARM_LABELS[a]: [100 * np.nanmean([r.arm(a).fields.by_site[s] for r in results.seeds]) for s in SITES] for a in ARMS},
         index=[s.replace("_", " ") for s in SITES],
     ).round(1)
 
 
-def volume_overview(params: VimedpetParams, n: int = 4) -> plt.Figure:
+def volume_overview(params: Params, n: int = 4) -> Figure:
     """A few in-domain and general training volumes: central coronal CT slice and PET maximum-intensity projection."""
     fig, axes = plt.subplots(2, 2 * n, figsize=(2.0 * n * 2, 3.6), squeeze=False)
     for row, (name, cfg, seed) in enumerate(
@@ -370,8 +490,11 @@ def volume_overview(params: VimedpetParams, n: int = 4) -> plt.Figure:
     return fig
 
 
-def plot_benchmark(results: list[SeedResult]) -> plt.Figure:
-    """Bars (mean over seeds) and dots (seeds) of BLEU-4, ROUGE-L and the three field accuracies per arm."""
+def plot_benchmark(results: Results) -> Figure:
+    """Bars (mean over seeds) and dots (seeds) of BLEU-4, ROUGE-L and the three field accuracies per arm.
+
+    The constant report's values are drawn as short black lines (the trivial prediction).
+    """
     metrics = [
         ("BLEU-4", lambda a: a.bleu4),
         ("ROUGE-L", lambda a: a.rouge_l),
@@ -382,11 +505,14 @@ def plot_benchmark(results: list[SeedResult]) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(10, 3.4))
     width = 0.8 / len(ARMS)
     for j, arm in enumerate(ARMS):
-        vals = np.array([[100 * get(r.arm(arm)) for _, get in metrics] for r in results])
+        vals = np.array([[100 * get(r.arm(arm)) for _, get in metrics] for r in results.seeds])
         x = np.arange(len(metrics)) + (j - 1) * width
         ax.bar(x, vals.mean(axis=0), width, label=ARM_LABELS[arm], alpha=0.85)
         for row in vals:
             ax.plot(x, row, "k.", ms=3)
+    trivial = np.nanmean([[100 * get(r.trivial) for _, get in metrics] for r in results.seeds], axis=0)
+    ax.hlines(trivial, np.arange(len(metrics)) - 0.45, np.arange(len(metrics)) + 0.45, color="black", lw=1.5,
+              label="constant report (trivial)")
     ax.set_xticks(np.arange(len(metrics)), [m for m, _ in metrics])
     ax.set_ylabel("percent")
     ax.set_ylim(0, 100)
@@ -395,7 +521,7 @@ def plot_benchmark(results: list[SeedResult]) -> plt.Figure:
     return fig
 
 
-def plot_report_examples(result: SeedResult) -> plt.Figure:
+def plot_report_examples(result: SeedResult) -> Figure:
     """Test volumes with their true report beside each arm's generated report."""
     k = len(result.examples)
     fig = plt.figure(figsize=(13, 2.2 * k))

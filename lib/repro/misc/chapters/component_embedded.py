@@ -10,7 +10,11 @@ ratios against utilisation.  :func:`federated_sweep` puts several periodic
 activities on ``m`` shared processors with federated scheduling and
 fixed-priority response-time analysis, checks the analysis against simulation
 and sizes the dedicated processors by simulation for comparison.
-:func:`claims` computes the chapter's claims.
+:func:`run` takes the chapter's :class:`Params` and returns its :class:`Results`;
+:func:`claims` computes the chapter's claims from them.  The gain over the
+sequential design and the case study's speed-up are true by construction
+(a list schedule of a DAG is never slower than its sequential order), so
+they are structural and modelled checks, not findings.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from repro.misc import realtime as rt
 from repro.parallel import parallel_map
+from repro.params import ChapterParams, require
+from repro.results import Evidence
 
 LINESTYLE = {"simulation": "-", "analysis": "--"}
 DESIGN_COLOURS = dict(zip(rt.DESIGNS, ("tab:grey", "tab:orange", "tab:blue")))
@@ -51,6 +58,44 @@ class ModelSpec:
     edge_prob: float
     loop_share: float
     loop_chunks: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``chapters/component-embedded.yaml``)."""
+
+    case_study: str
+    loop_chunks: int
+    processors: tuple[int, ...]
+    n_models: int
+    actions: tuple[int, ...]
+    components: tuple[int, ...]
+    edge_prob: float
+    loop_share: float
+    utilisations: tuple[float, ...]
+    instances: int
+    low_fraction: float
+    task_sets: int
+    activities: int
+    seeds: tuple[int, ...]
+    workers: int
+
+    def checks(self) -> None:
+        """Refuse ranges that are not ``[low, high]``, more components than actions, and repeated values."""
+        for name in ("actions", "components"):
+            pair = getattr(self, name)
+            require(len(pair) == 2 and pair[0] <= pair[1], self, name, f"{name} must be [low, high]")
+        require(self.components[-1] <= self.actions[0], self, ("components", "actions"),
+                "a model cannot have more components than actions (each component holds at least one action)")
+        require(len(set(self.processors)) == len(self.processors), self, "processors", "processors must not repeat")
+        require(len(set(self.utilisations)) == len(self.utilisations), self, "utilisations",
+                "utilisations must not repeat")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must not repeat")
+
+    def model_spec(self) -> ModelSpec:
+        """How the random component models are drawn."""
+        return ModelSpec(actions=(self.actions[0], self.actions[1]), components=(self.components[0], self.components[1]),
+                         edge_prob=self.edge_prob, loop_share=self.loop_share, loop_chunks=self.loop_chunks)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,16 +186,15 @@ def _analyse_job(job: AnalysisJob) -> list[DesignResult]:
     return analyse_system(system, job.seed, job.index, job.processors, job.spec.loop_chunks, job.instances, job.low_fraction)
 
 
-def sweep(
-    spec: ModelSpec, seeds: list[int], n_models: int, processors: list[int], instances: int, low_fraction: float, workers: int = 1
-) -> pd.DataFrame:
-    """Analyse ``n_models`` random models per seed; one row per model, design and processor count."""
+def sweep(params: Params) -> pd.DataFrame:
+    """Analyse ``params.n_models`` random models per seed; one row per model, design and processor count."""
     jobs = [
-        AnalysisJob(seed=s, index=i, spec=spec, processors=tuple(processors), instances=instances, low_fraction=low_fraction)
-        for s in seeds
-        for i in range(n_models)
+        AnalysisJob(seed=s, index=i, spec=params.model_spec(), processors=params.processors,
+                    instances=params.instances, low_fraction=params.low_fraction)
+        for s in params.seeds
+        for i in range(params.n_models)
     ]
-    rows = [r for res in parallel_map(_analyse_job, jobs, workers=workers, desc="models") for r in res]
+    rows = [r for res in parallel_map(_analyse_job, jobs, workers=params.workers, desc="models") for r in res]
     return pd.DataFrame([r.__dict__ for r in rows])
 
 
@@ -349,16 +393,8 @@ def simulation_sized(tasks: list[rt.DagTask], activities: dict[str, Activity], p
     return rt.partition_first_fit(light, left) is not None
 
 
-def federated_sweep(
-    spec: ModelSpec,
-    seeds: list[int],
-    task_sets: int,
-    activities: int,
-    processors: list[int],
-    utilisations: list[float],
-    workers: int = 1,
-) -> pd.DataFrame:
-    """Judge ``task_sets`` random sets of ``activities`` periodic activities per seed; one row per set, m, U, design, method.
+def federated_sweep(params: Params) -> pd.DataFrame:
+    """Judge ``params.task_sets`` random sets of periodic activities per seed; one row per set, m, U, design, method.
 
     A set at utilisation ``U`` on ``m`` processors has total utilisation
     ``U m``, split over its activities by a uniform draw from the simplex
@@ -366,30 +402,60 @@ def federated_sweep(
     period and deadline ``T_i = C_i / u_i``.
     """
     jobs = [
-        TaskSetJob(
-            seed=s, index=i, spec=spec, activities=activities, processors=tuple(processors), utilisations=tuple(utilisations)
-        )
-        for s in seeds
-        for i in range(task_sets)
+        TaskSetJob(seed=s, index=i, spec=params.model_spec(), activities=params.activities,
+                   processors=params.processors, utilisations=params.utilisations)
+        for s in params.seeds
+        for i in range(params.task_sets)
     ]
-    rows = [r for res in parallel_map(_task_set_job, jobs, workers=workers, desc="task sets") for r in res]
+    rows = [r for res in parallel_map(_task_set_job, jobs, workers=params.workers, desc="task sets") for r in res]
     return pd.DataFrame([r.__dict__ for r in rows])
 
 
-def case_study(
-    name: str, processors: list[int], loop_chunks: int, seeds: list[int], instances: int, low_fraction: float
-) -> pd.DataFrame:
+def case_study(params: Params) -> pd.DataFrame:
     """The hand-built case study analysed for every seed (seeds vary the actual execution times)."""
     rows = []
-    for s in seeds:
-        rows += analyse_system(rt.CASE_STUDIES[name](), s, 0, tuple(processors), loop_chunks, instances, low_fraction)
+    for s in params.seeds:
+        rows += analyse_system(rt.CASE_STUDIES[params.case_study](), s, 0, params.processors, params.loop_chunks,
+                               params.instances, params.low_fraction)
     return pd.DataFrame([r.__dict__ for r in rows])
 
 
-def claims(
-    results: pd.DataFrame, sched: pd.DataFrame, case: pd.DataFrame, federated: pd.DataFrame, seeds: list[int]
-) -> dict[str, list[float]]:
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
+
+    Attributes
+    ----------
+    designs
+        One row per random model, design and processor count (bounds and simulated responses).
+    schedulability
+        Schedulable share per seed, design, ``m``, utilisation and method.
+    case
+        The case study's rows, per seed.
+    federated
+        One row per task set, ``m``, utilisation, design and sizing method.
+    seeds
+        The seeds.
+    """
+
+    designs: pd.DataFrame
+    schedulability: pd.DataFrame
+    case: pd.DataFrame
+    federated: pd.DataFrame
+    seeds: tuple[int, ...]
+
+
+def run(params: Params) -> Results:
+    """Analyse the random models, the case study and the sets of periodic activities."""
+    designs = sweep(params)
+    return Results(designs=designs, schedulability=schedulability(designs, list(params.utilisations)),
+                   case=case_study(params), federated=federated_sweep(params), seeds=params.seeds)
+
+
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
     """Per-seed values of the chapter's claims (see its registry file)."""
+    sched, case, federated, seeds = results.schedulability, results.case, results.federated, list(results.seeds)
+    designs = results.designs
     sim = sched[sched.method == "simulation"]
     federated_chains = federated[federated.design == "chains"]
     share = federated_chains.groupby(["seed", "method"]).schedulable.mean().unstack()
@@ -398,10 +464,10 @@ def claims(
         s = sim[sim.seed == seed]
         return 100.0 * float(s[s.design == "chains"].ratio.mean() - s[s.design == other].ratio.mean())
 
-    chains = results[results.design == "chains"]
+    chains = designs[designs.design == "chains"]
     case_m = case.m.max()
     case_chains = case[(case.design == "chains") & (case.m == case_m)]
-    both = pd.concat([results, case])
+    both = pd.concat([designs, case])
     return {
         "analysis_safe": [float((both[both.seed == s].sim_max / both[both.seed == s].bound).max() - 1.0) for s in seeds],
         "sim_gain_vs_per_component": [gain(s, "per_component") for s in seeds],
@@ -424,7 +490,7 @@ def claims(
     }
 
 
-def schedulability_figure(sched: pd.DataFrame) -> plt.Figure:
+def schedulability_figure(sched: pd.DataFrame) -> Figure:
     """Schedulable share against utilisation, one panel per processor count (solid: simulation, dashed: analysis)."""
     ms = sorted(sched.m.unique())
     fig, axes = plt.subplots(1, len(ms), figsize=(4 * len(ms), 3.4), sharey=True, squeeze=False)
@@ -447,7 +513,7 @@ def schedulability_figure(sched: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def federated_figure(federated: pd.DataFrame) -> plt.Figure:
+def federated_figure(federated: pd.DataFrame) -> Figure:
     """Schedulable share of task sets against total utilisation / m, one panel per processor count.
 
     Dashed: federated scheduling judged by the analysis (Graham's bound for
@@ -476,7 +542,7 @@ def federated_figure(federated: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def gantt_figure(system: rt.System, processors: int, loop_chunks: int) -> plt.Figure:
+def gantt_figure(system: rt.System, processors: int, loop_chunks: int) -> Figure:
     """Simulated schedule of the chain-based design (rows: threads), with the Graham bound marked."""
     g = rt.precedence_graph(system, loop_chunks)
     design = rt.thread_design(g, "chains")

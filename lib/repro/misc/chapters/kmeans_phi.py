@@ -1,5 +1,8 @@
 """Chapter ``kmeans-phi``: memory layout, padding and parallel reduction for K-means (Lee et al., 2016).
 
+:func:`run` takes the chapter's :class:`Params` and returns its :class:`Results`;
+:func:`claims` reads the claims from them.
+
 For every seed (the blobs and the initial centroids) and every dataset shape
 ``(N, D, K)``, :func:`sweep` times one Lloyd step of each kernel variant of
 :mod:`repro.misc.kmeans` and of scikit-learn, and checks that every variant
@@ -16,15 +19,19 @@ swept by :func:`scale_out_sweep`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import numba
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 from tqdm import tqdm
 
 from repro.misc import kmeans as km
+from repro.params import ChapterParams, require
+from repro.results import Evidence
 
 OPTIMISED = km.Variant(layout="aosoa", padded=True, reduction="parallel")
 PADDED_AOS = km.Variant(layout="aos", padded=True, reduction="serial")
@@ -238,23 +245,31 @@ class MPIRecord:
     allreduce_seconds: float
 
 
-def mpi_checks(n: int, d: int, k: int, seeds: list[int], ranks: list[int], steps: int, lanes: int) -> list[MPIRecord]:
-    """Run ``steps`` distributed Lloyd steps for each rank count and compare with the single-process steps."""
+def mpi_checks(run: km.MPIRun, seeds: list[int], ranks: list[int]) -> list[MPIRecord]:
+    """Run ``run.steps`` distributed Lloyd steps for each rank count and compare with the single-process steps.
+
+    Parameters
+    ----------
+    run
+        The launch's dataset and settings (its ``ranks`` and ``seed`` are replaced for each launch).
+    seeds
+        Seeds of the datasets.
+    ranks
+        Rank counts.
+    """
     out = []
+    lanes = run.lanes or km.host_lanes()
     for seed in seeds:
-        data = km.make_dataset(n, d, k, seed)
+        data = km.make_dataset(run.n, run.d, run.k, seed)
         packed = km.pack(data.points, km.BASELINE, lanes)
         centroids = data.init
-        for _ in range(steps):
+        for _ in range(run.steps):
             centroids = km.lloyd_step(data.points, packed, centroids).centroids
         for p in ranks:
-            rep = km.run_lloyd_mpi(p, n, d, k, seed, km.BASELINE, steps=steps, lanes=lanes)
+            rep = km.run_lloyd_mpi(dataclasses.replace(run, ranks=p, seed=seed, variant=km.BASELINE, lanes=lanes))
             diff = float(np.abs(np.asarray(rep.centroids) - centroids).max())
-            out.append(
-                MPIRecord(
-                    seed=seed, ranks=p, centroid_diff=diff, step_seconds=rep.step_seconds, allreduce_seconds=rep.allreduce_seconds
-                )
-            )
+            out.append(MPIRecord(seed=seed, ranks=p, centroid_diff=diff, step_seconds=rep.step_seconds,
+                                 allreduce_seconds=rep.allreduce_seconds))
     return out
 
 
@@ -336,16 +351,164 @@ def scale_out_sweep(
     return pd.DataFrame(rows)
 
 
+SUPERLINEAR_SLACK = 0.1
+"""How far above the ideal speed-up a measurement may lie before it is refused: best-of-``repeats`` wall
+times on a shared machine jitter by a few percent, while a speed-up well above the ranks' ratio means
+the two runs did unequal work (or the one-rank run was disturbed)."""
+
+
+class SuperlinearSpeedup(ValueError):
+    """A measured strong-scaling speed-up above the ranks' ratio: a measurement or baseline defect."""
+
+
 def host_speedup(mpi: list[MPIRecord], seed: int) -> float:
-    """Measured strong-scaling speed-up of the real MPI step: time on the fewest ranks over time on the most."""
+    """Measured strong-scaling speed-up of the real MPI step: time on the fewest ranks over time on the most.
+
+    Raises
+    ------
+    SuperlinearSpeedup
+        When the speed-up exceeds the ratio of the rank counts by more than :data:`SUPERLINEAR_SLACK`
+        (3.68x on 2 ranks, say): equal work on more ranks cannot run faster than ideal, so the value is
+        refused instead of recorded.
+    """
     runs = sorted((r for r in mpi if r.seed == seed), key=lambda r: r.ranks)
-    return runs[0].step_seconds / runs[-1].step_seconds
+    speedup = runs[0].step_seconds / runs[-1].step_seconds
+    ideal = runs[-1].ranks / runs[0].ranks
+    if speedup > ideal * (1.0 + SUPERLINEAR_SLACK):
+        raise SuperlinearSpeedup(
+            f"seed {seed}: the MPI step ran {speedup:.2f}x faster on {runs[-1].ranks} ranks than on {runs[0].ranks}, "
+            f"above the ideal {ideal:g}x; equal work cannot scale better than ideal, so the timings are suspect "
+            f"({runs[0].step_seconds:.4g} s against {runs[-1].step_seconds:.4g} s); rerun on an idle machine")
+    return speedup
 
 
-def claims(
-    result: SweepResult, cfg: SweepConfig, seeds: list[int], model: ModelConstants, mpi: list[MPIRecord], scale: ScaleOutModel
-) -> dict[str, list[float]]:
-    """Per-seed values of every claim of the chapter (see its registry file)."""
+def per_seed_max(df: pd.DataFrame, seeds: list[int]) -> list[float]:
+    """Each seed's largest ``improvement`` in ``df`` (the paper's "up to" numbers are maxima)."""
+    return [float(df[df.seed == s].improvement.max()) for s in seeds]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``chapters/kmeans-phi.yaml``)."""
+
+    n: int
+    ks: tuple[int, ...]
+    dims_aligned: tuple[int, ...]
+    dims_unaligned: tuple[int, ...]
+    threads: int
+    repeats: int
+    seeds: tuple[int, ...]
+    mpi_ranks: tuple[int, ...]
+    mpi_n: int
+    mpi_d: int
+    mpi_k: int
+    mpi_steps: int
+    target_lanes: int
+    reduce_cost: float
+    sweep_lanes: tuple[int, ...]
+    sweep_reduce_costs: tuple[float, ...]
+    scale_n: int
+    node_cores: int
+    scale_latency: float
+    scale_bandwidth: float
+    scale_ranks: int
+    sweep_scale_ranks: tuple[int, ...]
+    sweep_latencies: tuple[float, ...]
+
+    def checks(self) -> None:
+        """Refuse impossible datasets, rank counts and a mislabelled dimension before any kernel starts."""
+        lanes = km.host_lanes()
+        require(self.mpi_k <= self.mpi_n, self, ("mpi_k", "mpi_n"),
+                "the MPI dataset needs at least as many points as clusters (the initial centroids are points)")
+        require(max(self.ks) <= self.n, self, ("ks", "n"), "every cluster count must be at most the number of points")
+        require(len(set(self.mpi_ranks)) >= 2, self, "mpi_ranks", "the speed-up claim needs at least two MPI rank counts")
+        require(max(self.mpi_ranks) <= self.mpi_n, self, ("mpi_ranks", "mpi_n"), "every rank needs at least one point")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must not repeat")
+        require(all(d % lanes == 0 for d in self.dims_aligned), self, "dims_aligned",
+                f"aligned dimensions must be multiples of this host's vector width ({lanes} float64 lanes)")
+        require(all(d % lanes != 0 for d in self.dims_unaligned), self, "dims_unaligned",
+                f"unaligned dimensions must not be multiples of this host's vector width ({lanes} float64 lanes)")
+        require(self.target_lanes in self.sweep_lanes and self.reduce_cost in self.sweep_reduce_costs, self,
+                ("target_lanes", "sweep_lanes", "reduce_cost", "sweep_reduce_costs"),
+                "the model sweep must include the judged constants")
+        require(self.scale_ranks in self.sweep_scale_ranks and self.scale_latency in self.sweep_latencies, self,
+                ("scale_ranks", "sweep_scale_ranks", "scale_latency", "sweep_latencies"),
+                "the scale-out sweep must include the judged configuration")
+
+    def sweep_config(self) -> SweepConfig:
+        """The datasets and timing settings, with this host's vector width."""
+        return SweepConfig(n=self.n, ks=self.ks, dims_aligned=self.dims_aligned, dims_unaligned=self.dims_unaligned,
+                           repeats=self.repeats, lanes=km.host_lanes(), threads=self.threads)
+
+    def model(self) -> ModelConstants:
+        """The judged constants of the Xeon Phi extrapolation."""
+        return ModelConstants(target_lanes=self.target_lanes, reduce_cost=self.reduce_cost)
+
+    def scale(self) -> ScaleOutModel:
+        """The judged configuration of the scale-out model."""
+        return ScaleOutModel(n=self.scale_n, node_cores=self.node_cores, latency=self.scale_latency,
+                             bandwidth=self.scale_bandwidth, ranks=self.scale_ranks)
+
+    def mpi_run(self) -> km.MPIRun:
+        """The MPI launches' dataset and settings (the rank count and seed are set per launch)."""
+        return km.MPIRun(ranks=1, n=self.mpi_n, d=self.mpi_d, k=self.mpi_k, seed=0, steps=self.mpi_steps,
+                         repeats=self.repeats)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
+
+    Attributes
+    ----------
+    sweep
+        Every kernel's timings and checks.
+    config
+        The sweep's datasets and host vector width.
+    mpi
+        The MPI launches against the single-process steps.
+    model, scale
+        The judged constants of the two extrapolations.
+    model_grid
+        The modelled improvement over the constants of the model sweep.
+    scale_grid
+        The modelled gain at scale over the node counts and latencies of the scale-out sweep.
+    seeds
+        The seeds.
+    """
+
+    sweep: SweepResult
+    config: SweepConfig
+    mpi: tuple[MPIRecord, ...]
+    model: ModelConstants
+    scale: ScaleOutModel
+    model_grid: pd.DataFrame
+    scale_grid: pd.DataFrame
+    seeds: tuple[int, ...]
+
+
+def run(params: Params) -> Results:
+    """Time and check every kernel, run the MPI step, and sweep both extrapolations' constants."""
+    cfg = params.sweep_config()
+    seeds = list(params.seeds)
+    result = sweep(cfg, seeds)
+    mpi = mpi_checks(params.mpi_run(), seeds, list(params.mpi_ranks))
+    model, scale = params.model(), params.scale()
+    return Results(sweep=result, config=cfg, mpi=tuple(mpi), model=model, scale=scale,
+                   model_grid=model_sweep(result, cfg, list(params.sweep_lanes), list(params.sweep_reduce_costs)),
+                   scale_grid=scale_out_sweep(result, cfg, model, scale, list(params.sweep_scale_ranks),
+                                              list(params.sweep_latencies), seeds),
+                   seeds=params.seeds)
+
+
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """Per-seed values of every claim of the chapter (see its registry file).
+
+    The paper's Xeon Phi numbers are maxima ("up to"), so the modelled single-node gains are each seed's
+    largest over the aligned (or unaligned) datasets.
+    """
+    result, cfg, model, scale, mpi = results.sweep, results.config, results.model, results.scale, list(results.mpi)
+    seeds = list(results.seeds)
     imp = improvements(result)
     mod = modelled(result, cfg, model)
     opt = imp[imp.implementation == OPTIMISED.label]
@@ -356,23 +519,19 @@ def claims(
     red_gain = 100.0 * (1.0 - par / blocked.loc[par.index])
     checks = result.checks
     return {
-        "aligned_gain_knl": [float(mod[(mod.seed == s) & mod.aligned].improvement.mean()) for s in seeds],
-        "unaligned_gain_knl": [float(mod[(mod.seed == s) & ~mod.aligned].improvement.mean()) for s in seeds],
+        "aligned_gain_knl": per_seed_max(mod[mod.aligned], seeds),
+        "unaligned_gain_knl": per_seed_max(mod[~mod.aligned], seeds),
         "optimised_gain_host": _per_seed_mean(opt, seeds),
         "padding_gain_host": _per_seed_mean(pad, seeds),
         "parallel_reduction_gain_host": [float(red_gain.xs(s, level="seed").mean()) for s in seeds],
         "variants_agree": [
-            float(
-                max(c.variant_centroid_diff for c in checks if c.seed == s)
-                + max(c.label_mismatches for c in checks if c.seed == s)
-            )
+            float(max(c.variant_centroid_diff for c in checks if c.seed == s)
+                  + max(c.label_mismatches for c in checks if c.seed == s))
             for s in seeds
         ],
         "sklearn_agree": [
-            float(
-                max(c.sklearn_centroid_diff for c in checks if c.seed == s)
-                + max(c.sklearn_label_mismatches for c in checks if c.seed == s)
-            )
+            float(max(c.sklearn_centroid_diff for c in checks if c.seed == s)
+                  + max(c.sklearn_label_mismatches for c in checks if c.seed == s))
             for s in seeds
         ],
         "mpi_agree": [float(max(r.centroid_diff for r in mpi if r.seed == s)) for s in seeds],
@@ -381,7 +540,36 @@ def claims(
     }
 
 
-def speedup_figure(result: SweepResult) -> plt.Figure:
+def scale_reading(results: Results, paper_gain: float, band_low: float) -> str:
+    """Where the modelled gain at scale falls below ``band_low`` times the paper's number, in words.
+
+    Parameters
+    ----------
+    results
+        The chapter's results.
+    paper_gain
+        The paper's large-scale number (the registry's).
+    band_low
+        The lower end of the book's reproduction band.
+    """
+    grid = results.scale_grid
+    by_point = grid.groupby(["latency", "ranks"]).gain.mean()
+    fewest = int(grid.ranks.min())
+    no_comm = float(grid[grid.ranks == fewest].gain.mean())
+    floor = band_low * paper_gain
+    if no_comm < floor:
+        return (f"on {fewest} node(s) the model already gives {no_comm:.1f}%, below the band's floor of {floor:.1f}%, "
+                "so no latency brings this claim into the band: the Allreduce only pulls the gain towards 0 as nodes "
+                "are added")
+    parts = []
+    for a in sorted(set(grid.latency)):
+        below = [p for (a2, p), g in by_point.items() if a2 == a and g < floor]
+        parts.append(f"alpha = {a:g} s: from {min(below)} nodes" if below else
+                     f"alpha = {a:g} s: not within {int(grid.ranks.max())} nodes")
+    return f"the modelled gain falls below the band's floor of {floor:.1f}% (" + "; ".join(parts) + ")"
+
+
+def speedup_figure(result: SweepResult) -> Figure:
     """Bar chart: speed-up over the AoS baseline (its time over the variant's) per dataset, aligned | unaligned."""
     imp = improvements(result)
     imp["speedup"] = 100.0 / (100.0 - imp.improvement)
@@ -408,7 +596,7 @@ def speedup_figure(result: SweepResult) -> plt.Figure:
     return fig
 
 
-def model_figure(grid: pd.DataFrame, paper_aligned: float, paper_unaligned: float) -> plt.Figure:
+def model_figure(grid: pd.DataFrame, paper_aligned: float, paper_unaligned: float) -> Figure:
     """Modelled improvement on the target against its vector width, one line per horizontal-sum cost."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
     for ax, aligned, paper in zip(axes, (True, False), (paper_aligned, paper_unaligned)):
@@ -426,7 +614,7 @@ def model_figure(grid: pd.DataFrame, paper_aligned: float, paper_unaligned: floa
     return fig
 
 
-def scaling_figure(mpi: list[MPIRecord], grid: pd.DataFrame, paper_gain: float) -> plt.Figure:
+def scaling_figure(mpi: list[MPIRecord], grid: pd.DataFrame, paper_gain: float) -> Figure:
     """Left: measured speed-up of the MPI step against ranks on this host.  Right: modelled gain at scale.
 
     The right panel shows the optimised kernel's modelled time saved over the
