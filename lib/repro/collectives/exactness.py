@@ -17,6 +17,17 @@ import pandas as pd
 from repro.collectives.mpi_worker import launch_worker
 
 
+class ExactnessResults:
+    """A chapter ``Results`` mixin: the MPI cases in ``exactness`` and their summary per algorithm."""
+
+    exactness: pd.DataFrame
+
+    @property
+    def exactness_summary(self) -> pd.DataFrame:
+        """One row per algorithm of the MPI check (:func:`exactness_summary`)."""
+        return exactness_summary(self.exactness)
+
+
 def algorithm_exactness(specs: Sequence[str], nprocs: int, lengths: Sequence[int], dtypes: Sequence[str],
                         seed: int = 0, timeout: float = 120.0) -> pd.DataFrame:
     """Run the schedules of ``specs`` on ``nprocs`` MPI ranks against MPI's own collective.

@@ -59,6 +59,23 @@ class Point:
     tags: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
 
 
+class LinkConstants:
+    """A chapter ``Params`` mixin: its ``link_gbs`` and ``link_latency_us`` fields in SI units."""
+
+    link_gbs: float
+    link_latency_us: float
+
+    @property
+    def bandwidth(self) -> float:
+        """Link bandwidth, bytes/s."""
+        return self.link_gbs * 1e9
+
+    @property
+    def latency(self) -> float:
+        """Link latency, s."""
+        return self.link_latency_us * 1e-6
+
+
 def platform_key(builder: str, **kwargs: Any) -> PlatformKey:
     """Hashable description of a platform: builder name and its keyword arguments."""
     if not hasattr(plat, builder):

@@ -22,9 +22,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from repro.collectives.exactness import algorithm_exactness, exactness_summary
+from repro.collectives.exactness import ExactnessResults, algorithm_exactness
 from repro.collectives.figures import SeriesStyle, bars, sim_vs_model
-from repro.collectives.sweep import Point, build_platform, platform_key, run_points
+from repro.collectives.sweep import LinkConstants, Point, build_platform, platform_key, run_points
 from repro.hpc.platforms import Platform
 from repro.params import ChapterParams, require
 from repro.registry import load_registry
@@ -38,7 +38,7 @@ MPI_DTYPES = ("int64", "float32")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Params(ChapterParams):
+class Params(ChapterParams, LinkConstants):
     """The chapter's parameters (the registry schema's, one field each)."""
 
     rows: int
@@ -73,16 +73,6 @@ class Params(ChapterParams):
                 "every block must hold at least one byte")
 
     @property
-    def bandwidth(self) -> float:
-        """Link bandwidth, bytes/s."""
-        return self.link_gbs * 1e9
-
-    @property
-    def latency(self) -> float:
-        """Link latency, s."""
-        return self.link_latency_us * 1e-6
-
-    @property
     def model_only(self) -> tuple[str, ...]:
         """Algorithms evaluated by the alpha-beta models only (not in ``sim_algorithms``)."""
         return tuple(a for a in self.algorithms if a not in self.sim_algorithms)
@@ -94,7 +84,7 @@ class Params(ChapterParams):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Results:
+class Results(ExactnessResults):
     """What one run of the chapter produced.
 
     Attributes
@@ -111,11 +101,6 @@ class Results:
     params: Params
     table: pd.DataFrame
     exactness: pd.DataFrame
-
-    @property
-    def exactness_summary(self) -> pd.DataFrame:
-        """One row per algorithm of the MPI check."""
-        return exactness_summary(self.exactness)
 
 
 def run(params: Params, *, progress: bool = True) -> Results:

@@ -25,9 +25,9 @@ import pandas as pd
 
 from repro.collectives.algorithms import build_schedule
 from repro.collectives.congestion import congestion_cost, max_link_flows
-from repro.collectives.exactness import algorithm_exactness, exactness_summary
+from repro.collectives.exactness import ExactnessResults, algorithm_exactness
 from repro.collectives.figures import SeriesStyle, sim_vs_model
-from repro.collectives.sweep import MiB, PlatformKey, Point, build_platform, platform_key, run_points
+from repro.collectives.sweep import LinkConstants, MiB, PlatformKey, Point, build_platform, platform_key, run_points
 from repro.params import ChapterParams, require
 
 NEEDED = ("dln", "dln_mitigated", "fat_tree_equal_links")
@@ -42,7 +42,7 @@ def _power_of_two(n: int) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Params(ChapterParams):
+class Params(ChapterParams, LinkConstants):
     """The chapter's parameters (the registry schema's, one field each)."""
 
     nodes: tuple[int, ...]
@@ -80,23 +80,13 @@ class Params(ChapterParams):
                 "every vector must hold at least one float32 element per host")
 
     @property
-    def bandwidth(self) -> float:
-        """Link bandwidth, bytes/s."""
-        return self.link_gbs * 1e9
-
-    @property
-    def latency(self) -> float:
-        """Link latency, s."""
-        return self.link_latency_us * 1e-6
-
-    @property
     def switch_latency(self) -> float:
         """Latency per switch crossed, s."""
         return self.switch_latency_ns * 1e-9
 
 
 @dataclass(frozen=True, kw_only=True)
-class Results:
+class Results(ExactnessResults):
     """What one run of the chapter produced.
 
     Attributes
@@ -118,11 +108,6 @@ class Results:
     hops: pd.DataFrame
     latency_sweep: pd.DataFrame
     exactness: pd.DataFrame
-
-    @property
-    def exactness_summary(self) -> pd.DataFrame:
-        """One row per algorithm of the MPI check."""
-        return exactness_summary(self.exactness)
 
 
 def run(params: Params) -> Results:

@@ -28,7 +28,7 @@ import pandas as pd
 
 from repro.collectives.algorithms import build_schedule, parse_spec
 from repro.collectives.congestion import LinkPower, link_energy
-from repro.collectives.exactness import algorithm_exactness, exactness_summary
+from repro.collectives.exactness import ExactnessResults, algorithm_exactness
 from repro.collectives.figures import SeriesStyle, bars, comparison_table, sim_vs_model
 from repro.collectives.sweep import ELEMENT_BYTES, MiB, Point, build_platform, platform_key, run_points
 from repro.hpc.platforms import Platform
@@ -89,7 +89,7 @@ class Params(ChapterParams):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Results:
+class Results(ExactnessResults):
     """What one run of the chapter produced.
 
     Attributes
@@ -108,11 +108,6 @@ class Results:
     table: pd.DataFrame
     sweep: pd.DataFrame
     exactness: pd.DataFrame
-
-    @property
-    def exactness_summary(self) -> pd.DataFrame:
-        """One row per algorithm of the MPI check."""
-        return exactness_summary(self.exactness)
 
     @property
     def judged(self) -> pd.DataFrame:
