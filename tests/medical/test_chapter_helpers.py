@@ -92,3 +92,23 @@ def test_vimedpet_tunes_every_arm_on_validation_and_scores_the_constant_report(t
     assert set(ev.arms) == {"finetune_ctpet", "no_finetune"}
     assert ev.trivial == pytest.approx(np.mean([100 * r.trivial.bleu4 for r in results.seeds]))
     assert first.trivial.arm == "constant report"
+
+
+def test_vqa_answers_follow_the_findings_and_a_head_learns_them():
+    import torch
+
+    from repro.medical import vqa
+    from repro.medical.phantom import Findings, Lesion
+
+    liver = Lesion(kind="mass", site="liver", lobe="", size_mm=40, fdg_avid=True, center=(0, 0, 0))
+    cases = [Findings(lesions=()), Findings(lesions=(liver,))]
+    table = vqa.answers(cases)
+    ids = [q.id for q in vqa.QUESTIONS]
+    assert table[0].sum() == 0
+    assert {ids[j] for j in np.flatnonzero(table[1])} == {"any_lesion", "fdg_avid", "mass", "lesion_liver"}
+    # a feature that carries the answers is learned; the majority answerer is right on the majority only
+    targets = np.tile(table, (20, 1))
+    feats = torch.as_tensor(targets * 2 - 1)
+    head = vqa.train_qa_head(feats, targets, steps=200)
+    assert vqa.qa_accuracy(head, feats, targets).min() == 1.0
+    assert vqa.majority_accuracy(targets, targets).min() == 0.5

@@ -16,7 +16,10 @@ written for every case).  Networks are saved under
 ``output_dir/checkpoints/`` (with CPU tensors).  They train and decode on the
 ``device`` parameter's device; weights are initialised and batches ordered on
 the CPU, so every device starts from the same ones.  The paper's second task,
-visual question answering, is not reproduced (see the chapter's fidelity table).
+visual question answering, is stood in for by templated yes/no questions from
+the phantoms' findings (:mod:`repro.medical.vqa`), answered by a linear head
+on each arm's frozen image features: trained on the general cases for the
+no-fine-tuning arm and on the in-domain training cases for the others.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import textwrap
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -49,6 +52,7 @@ from repro.medical.report_generator import (
 )
 from repro.medical.reports import FieldScores, bleu4, field_accuracy, render, rouge_l
 from repro.medical.runs import SeedJob, run_jobs, seed_jobs
+from repro.medical.vqa import QUESTIONS, answers, majority_accuracy, qa_accuracy, train_qa_head
 from repro.params import ChapterParams, require
 from repro.results import Evidence
 
@@ -119,6 +123,8 @@ class ArmResult:
         Corpus BLEU-4 and mean ROUGE-L F, fractions.
     fields
         Per-field clinical accuracy.
+    vqa
+        Per question of :data:`repro.medical.vqa.QUESTIONS`, the share of test cases answered right.
     checkpoint
         Path of the saved network.
     """
@@ -127,6 +133,7 @@ class ArmResult:
     seed: int
     lr: float
     val_bleu4: dict[float, float]
+    vqa: dict[str, float]
     bleu4: float
     rouge_l: float
     fields: FieldScores
@@ -227,6 +234,8 @@ class Corpus:
         The test cases' findings.
     train_reports
         The in-domain training reports.
+    general_truth, train_truth
+        The general and the in-domain training cases' findings (the question answers).
     """
 
     vocab: Vocabulary
@@ -241,6 +250,8 @@ class Corpus:
     test_reports: list[str]
     test_truth: list
     train_reports: list[str]
+    general_truth: list
+    train_truth: list
 
 
 def corpus(p: Params, seed: int) -> tuple[Corpus, PhantomSet]:
@@ -256,7 +267,8 @@ def corpus(p: Params, seed: int) -> tuple[Corpus, PhantomSet]:
     data = Corpus(vocab=vocab, scaling=scaling, x_general=scaling.apply(volumes(general, p.suv_max)), x_train=x[:n],
                   x_val=x[n:v], x_test=x[v:], general_ids=vocab.encode(general_reports, p.max_len + 1),
                   train_ids=vocab.encode(reports[:n], p.max_len + 1), val_reports=reports[n:v],
-                  test_reports=reports[v:], test_truth=domain.findings[v:], train_reports=reports[:n])
+                  test_reports=reports[v:], test_truth=domain.findings[v:], train_reports=reports[:n],
+                  general_truth=general.findings, train_truth=domain.findings[:n])
     return data, domain
 
 
@@ -313,6 +325,26 @@ def _trained_at(lr: float, arms: tuple[str, ...], data: Corpus, job: SeedJob[Par
     return done.model, done.extras, {arm: str(path(first, arm)) for arm in arms}
 
 
+@torch.no_grad()
+def image_features(model: ReportGenerator, x: np.ndarray) -> torch.Tensor:
+    """The generator's image features ``(n, hidden)`` of standardised volumes, on the CPU."""
+    dev = next(model.parameters()).device
+    return model.encode(torch.as_tensor(x).to(dev)).cpu()
+
+
+def answer_questions(arm: str, model: ReportGenerator, data: Corpus, seed: int) -> dict[str, float]:
+    """The arm's templated VQA accuracy per question on the test cases.
+
+    The head is trained on the cases the arm's generator was trained on last: the general cases for the
+    no-fine-tuning arm, the in-domain training cases for the fine-tuned arms.
+    """
+    fit_x, fit_truth = ((data.x_general, data.general_truth) if arm == "no_finetune"
+                        else (_inputs(arm, data.x_train), data.train_truth))
+    head = train_qa_head(image_features(model, fit_x), answers(fit_truth), seed=seed)
+    acc = qa_accuracy(head, image_features(model, _inputs(arm, data.x_test)), answers(data.test_truth))
+    return {q.id: float(a) for q, a in zip(QUESTIONS, acc)}
+
+
 def trivial_report(train_reports: list[str]) -> str:
     """The most frequent training report (the first of the most frequent on ties): the trivial prediction."""
     return Counter(train_reports).most_common(1)[0][0]
@@ -350,11 +382,14 @@ def run_seed(job: SeedJob[Params]) -> SeedResult:
             losses = list(extras.get("pretraining_loss", []))
         results.append(ArmResult(arm=arm, seed=seed, lr=lr, val_bleu4=val, bleu4=bleu4(reports, data.test_reports),
                                  rouge_l=rouge_l(reports, data.test_reports),
-                                 fields=field_accuracy(reports, data.test_truth), checkpoint=paths[arm]))
+                                 fields=field_accuracy(reports, data.test_truth),
+                                 vqa=answer_questions(arm, model[arm], data, seed), checkpoint=paths[arm]))
     constant = [trivial_report(data.train_reports)] * len(data.test_reports)
+    majority = majority_accuracy(answers(data.train_truth), answers(data.test_truth))
     trivial = ArmResult(arm="constant report", seed=seed, lr=float("nan"), val_bleu4={},
                         bleu4=bleu4(constant, data.test_reports), rouge_l=rouge_l(constant, data.test_reports),
-                        fields=field_accuracy(constant, data.test_truth), checkpoint="")
+                        fields=field_accuracy(constant, data.test_truth),
+                        vqa={q.id: float(a) for q, a in zip(QUESTIONS, majority)}, checkpoint="")
     start = p.n_train + p.n_val
     raw = volumes(domain, p.suv_max)[start: start + p.n_examples]
     examples = tuple(
@@ -431,12 +466,20 @@ def claims(results: Results) -> dict[str, Evidence | list[float]]:
         "pet_fdg_gain": [100.0 * (r.arm("finetune_ctpet").fields.fdg - r.arm("finetune_ct_only").fields.fdg) for r in seeds],
         "lung_gap": Evidence(values=[lung_gap(r.arm("finetune_ctpet").fields) for r in seeds],
                              arms=points("position", ("finetune_ctpet",)), trivial=trivial("position")),
+        "vqa_finetune_gain": Evidence(values=[100.0 * (vqa_accuracy(r.arm(gain[0])) - vqa_accuracy(r.arm(gain[1])))
+                                              for r in seeds],
+                                      arms=points("vqa", gain), trivial=trivial("vqa")),
     }
 
 
+def vqa_accuracy(arm: ArmResult) -> float:
+    """An arm's templated VQA accuracy, the mean over the questions, as a fraction."""
+    return float(np.mean(list(arm.vqa.values())))
+
+
 def _quality(arm: ArmResult, get: str) -> float:
-    """An arm's BLEU-4 or lesion-position accuracy, as a fraction (0 where there is nothing to score)."""
-    value = arm.bleu4 if get == "bleu4" else arm.fields.position
+    """An arm's BLEU-4, lesion-position accuracy or VQA accuracy, as a fraction (0 where there is nothing to score)."""
+    value = {"bleu4": arm.bleu4, "position": arm.fields.position, "vqa": vqa_accuracy(arm)}[get]
     return 0.0 if np.isnan(value) else float(value)
 
 
@@ -453,6 +496,7 @@ def benchmark_table(results: Results) -> pd.DataFrame:
                     "type": 100 * a.fields.kind,
                     "FDG uptake": 100 * a.fields.fdg,
                     "normal cases": 100 * a.fields.normal_cases,
+                    "VQA": 100 * vqa_accuracy(a),
                 }
                 for a in (r.trivial if arm == "constant report" else r.arm(arm) for r in results.seeds)
             ]
@@ -467,6 +511,16 @@ def site_table(results: Results) -> pd.DataFrame:
     return pd.DataFrame(
         {ARM_LABELS[a]: [100 * np.nanmean([r.arm(a).fields.by_site[s] for r in results.seeds]) for s in SITES] for a in ARMS},
         index=[s.replace("_", " ") for s in SITES],
+    ).round(1)
+
+
+def vqa_table(results: Results) -> pd.DataFrame:
+    """Per question, the share of test cases answered right (percent, mean over seeds) by each arm and by the majority."""
+    columns = {ARM_LABELS[a]: [r.arm(a) for r in results.seeds] for a in ARMS}
+    columns["majority answer (trivial)"] = [r.trivial for r in results.seeds]
+    return pd.DataFrame(
+        {label: [100 * np.mean([a.vqa[q.id] for a in arms]) for q in QUESTIONS] for label, arms in columns.items()},
+        index=[q.text for q in QUESTIONS],
     ).round(1)
 
 
@@ -491,16 +545,18 @@ def volume_overview(params: Params, n: int = 4) -> Figure:
 
 
 def plot_benchmark(results: Results) -> Figure:
-    """Bars (mean over seeds) and dots (seeds) of BLEU-4, ROUGE-L and the three field accuracies per arm.
+    """Bars (mean over seeds) and dots (seeds) of BLEU-4, ROUGE-L, the three field accuracies and VQA per arm.
 
-    The constant report's values are drawn as short black lines (the trivial prediction).
+    The trivial prediction's values (the constant report; the majority answers for VQA) are drawn as short
+    black lines.
     """
-    metrics = [
+    metrics: list[tuple[str, Callable[[ArmResult], float]]] = [
         ("BLEU-4", lambda a: a.bleu4),
         ("ROUGE-L", lambda a: a.rouge_l),
         ("position", lambda a: a.fields.position),
         ("type", lambda a: a.fields.kind),
         ("FDG uptake", lambda a: a.fields.fdg),
+        ("VQA", vqa_accuracy),
     ]
     fig, ax = plt.subplots(figsize=(10, 3.4))
     width = 0.8 / len(ARMS)
