@@ -70,60 +70,16 @@ class Params(ChapterParams):
         require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
         require(len(set(self.latencies_ms)) == len(self.latencies_ms), self, "latencies_ms", "latencies must be distinct")
 
-    def config(self) -> RunConfig:
-        """The run's data, model and storage settings."""
-        return RunConfig(workload=self.workload, samples=self.samples, val_samples=self.val_samples, side=self.side,
-                         channels=self.channels, trace_steps=self.trace_steps, shards=self.shards, batch=self.batch,
-                         ks=tuple(self.ks), epochs=self.epochs, lr=self.lr, bandwidth=self.bandwidth_mbs * 1e6,
-                         procs=self.procs, device=self.device)
+    @property
+    def bandwidth(self) -> float:
+        """Emulated storage bandwidth, bytes/s."""
+        return self.bandwidth_mbs * 1e6
 
     @property
     def sample_bytes(self) -> int:
         """Bytes of one stored sample (float32)."""
         per = self.channels * self.side**3 if self.workload == "cosmoflow" else self.trace_steps
         return 4 * per
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunConfig:
-    """Data, model and storage settings.
-
-    Attributes
-    ----------
-    workload:
-        ``"cosmoflow"`` (3-D fields) or ``"neuron"`` (voltage traces).
-    samples, val_samples:
-        Training and validation samples.
-    side, channels:
-        Field size (``side^3`` per channel) and channels of the CosmoFlow-like fields.
-    trace_steps:
-        Time steps of a neuron trace.
-    shards:
-        HDF5 files the training samples are split into.
-    batch, ks, epochs, lr:
-        Mini-batch size, block sizes ``k`` (in mini-batches), epochs, Adam's learning rate.
-    bandwidth:
-        Emulated storage bandwidth (bytes/s).
-    procs:
-        Data-parallel processes.
-    device:
-        Where the ranks compute: ``cpu``, ``cuda`` or ``auto``.
-    """
-
-    workload: str
-    samples: int
-    val_samples: int
-    side: int
-    channels: int
-    trace_steps: int
-    shards: int
-    batch: int
-    ks: tuple[int, ...]
-    epochs: int
-    lr: float
-    bandwidth: float
-    procs: int
-    device: str = "cpu"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +102,7 @@ class EpochRecord:
     samples: tuple[int, ...]
 
 
-def make_data(cfg: RunConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def make_data(cfg: Params, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Training plus validation samples of the configured workload."""
     n = cfg.samples + cfg.val_samples
     if cfg.workload == "cosmoflow":
@@ -156,7 +112,7 @@ def make_data(cfg: RunConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
     raise ValueError(f"unknown workload {cfg.workload!r}")
 
 
-def runs(cfg: RunConfig, latencies: list[float], seeds: list[int], timeout: float = 900.0) -> list[EpochRecord]:
+def runs(cfg: Params, latencies: list[float], seeds: list[int], timeout: float = 900.0) -> list[EpochRecord]:
     """Train every strategy for every latency and seed; one launch of ``cfg.procs`` processes per seed."""
     out = []
     for seed in tqdm(seeds, desc="training launches (one per seed)"):
@@ -191,7 +147,7 @@ def runs(cfg: RunConfig, latencies: list[float], seeds: list[int], timeout: floa
     return out
 
 
-def trivial_val_loss(cfg: RunConfig, seeds: list[int]) -> float:
+def trivial_val_loss(cfg: Params, seeds: list[int]) -> float:
     """Validation MSE of the trivial prediction (the training targets' mean), averaged over seeds."""
     losses = []
     for seed in seeds:
@@ -227,9 +183,8 @@ class Results:
 
 def run(params: Params) -> Results:
     """Train every strategy at every emulated latency and seed; add the trivial prediction's loss."""
-    cfg = params.config()
-    records = runs(cfg, [ms * 1e-3 for ms in params.latencies_ms], list(params.seeds))
-    return Results(params=params, records=records, trivial_loss=trivial_val_loss(cfg, list(params.seeds)))
+    records = runs(params, [ms * 1e-3 for ms in params.latencies_ms], list(params.seeds))
+    return Results(params=params, records=records, trivial_loss=trivial_val_loss(params, list(params.seeds)))
 
 
 def frame(records: list[EpochRecord]) -> pd.DataFrame:
@@ -310,7 +265,7 @@ def latency_model(results: Results, latencies_ms: tuple[float, ...] = LATENCY_SW
     fast = df[df.latency == df.latency.min()]
     per_rank = fast.groupby(["strategy", "seed", "epoch", "rank"])[["compute_s", "ops"]].first()
     slowest = per_rank.groupby(["strategy", "seed", "epoch"]).max().groupby("strategy").mean()
-    bandwidth = prm.bandwidth_mbs * 1e6
+    bandwidth = prm.bandwidth
     rows = []
     for ms in latencies_ms:
         t = {}
