@@ -27,15 +27,17 @@ from matplotlib.figure import Figure
 
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import RunSummary
-from repro.federated.figures import accuracy_band, mean_sd, seed_sd, tuning_table
+from repro.federated.figures import accuracy_band, mean_sd, seed_sd
 from repro.federated.fjord import AUTHORS_DISTILLATION, SelfDistillation, make_fjord_client_app
 from repro.federated.heterofl import WidthReduced, make_heterofl_client_app, sub_spec
 from repro.federated.partial import PartialTraining, make_partial_client_app
 from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
+from repro.federated.seed_tuning import tune_on_seed
+from repro.federated.seed_tuning import tuning_summary as tuning_summary_table
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, available_train, build_model, majority_accuracy
 from repro.federated.tiers import Tier, assign_tiers, count_step, linear_layers, step_memory
-from repro.federated.tuning import Choice, best_settings, chosen, validation_accuracy
+from repro.federated.tuning import Choice, chosen, validation_accuracy
 from repro.params import ChapterParams, require
 from repro.results import Evidence
 
@@ -332,23 +334,16 @@ def tune(params: Params) -> tuple[tuple[Choice, ...], pd.DataFrame]:
     """Every method's learning rate: the grid value whose final model scores best on the held-out samples.
 
     Every method runs at every value of ``lrs`` in the weak-heavy mix on the tuning seed (a seed no claim
-    reports); :func:`repro.federated.tuning.best_settings` picks the value with the best
-    :data:`TUNING_METRIC` (the smallest on ties).  A one-value grid runs nothing and chooses it.
-
-    Returns
-    -------
-    choices : tuple of Choice
-        One per method.
-    runs : DataFrame
-        The tuning runs, :data:`RUN_COLUMNS` (empty for a one-value grid).
+    reports); see :func:`repro.federated.seed_tuning.tune_on_seed` (a one-value grid runs nothing).
     """
-    grid = tuple(sorted(float(v) for v in params.lrs))
-    if len(grid) == 1:
-        return (tuple(Choice(method=m, value=grid[0], score=math.nan, grid=grid) for m in METHODS),
-                pd.DataFrame(columns=list(RUN_COLUMNS)))
-    jobs = params.comparison().jobs({m: grid for m in METHODS}, [params.weak_heavy()], [params.tuning_seed], params.workers)
-    runs = records_frame(execute(run_one, jobs, params.workers, desc="EmbracingFL tuning"), RUN_COLUMNS)
-    return best_settings(runs, TUNING_METRIC), runs
+    comparison, mix = params.comparison(), params.weak_heavy()
+
+    def job_of(method: str, lr: float) -> EmbracingRun:
+        return comparison.job(method, lr, (1.0, 0.0) if method == "all_strong" else mix, params.tuning_seed,
+                              None if params.workers > 1 else f"{method} lr={lr:g} tuning")
+
+    return tune_on_seed(run_one, job_of, METHODS, params.lrs, RUN_COLUMNS, TUNING_METRIC, params.workers,
+                        desc="EmbracingFL tuning")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -425,10 +420,7 @@ def claims(results: Results) -> dict[str, Evidence | list[float]]:
 
 def tuning_summary(results: Results) -> pd.DataFrame:
     """Per method: validation and test accuracy at every rate on the tuning seed, and the rate kept."""
-    if results.tuning.empty:
-        return pd.DataFrame({"method": [LABELS[c.method] for c in results.choices],
-                             "chosen on validation": [f"{c.value:g} (the only value)" for c in results.choices]})
-    return tuning_table(results.tuning, results.choices, LABELS, metric=TUNING_METRIC)
+    return tuning_summary_table(results.tuning, results.choices, LABELS, TUNING_METRIC)
 
 
 # ----- memory of the tiers -------------------------------------------------------------------

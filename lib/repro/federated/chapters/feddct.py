@@ -49,9 +49,10 @@ from repro.federated.feddct import (
     sub_hidden,
 )
 from repro.federated.fedgkt import FedGKT, GktTask, make_fedgkt_client_app, pair_evaluator
-from repro.federated.figures import accuracy_band, mean_sd, seed_sd, tuning_table
+from repro.federated.figures import accuracy_band, mean_sd, seed_sd
 from repro.federated.regularised import make_regularised_client_app
 from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
+from repro.federated.seed_tuning import one_value, tune_on_seed, tuning_summary
 from repro.federated.sfetec import SplitHierarchy, SplitSchedule, run_split_training
 from repro.federated.split import split_sequential
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
@@ -324,10 +325,6 @@ class Tuned:
         return out
 
 
-def _one_value(methods: tuple[str, ...], value_of: dict[str, float]) -> tuple[Choice, ...]:
-    return tuple(Choice(method=m, value=value_of[m], score=math.nan, grid=(value_of[m],)) for m in methods)
-
-
 def tune(params: Params) -> Tuned:
     """Each method's learning rate on the tuning seed, then the knobs at those rates, chosen on validation.
 
@@ -337,18 +334,12 @@ def tune(params: Params) -> Tuned:
     :func:`repro.federated.tuning.best_settings` on :data:`TUNING_METRIC`.  A one-value grid runs nothing.
     """
     ref, seed, w = params.reference(), params.tuning_seed, params.workers
-    if len(params.lrs) == 1:
-        lr_choices = _one_value(METHODS, dict.fromkeys(METHODS, params.lrs[0]))
-        lr_runs = pd.DataFrame(columns=list(RECORD_COLUMNS))
-    else:
-        done = execute(run_one, [job(params, m, {**ref, "lr": lr}, seed) for m in METHODS for lr in params.lrs], w,
-                       desc="FedDCT tuning: learning rates")
-        lr_runs = records_frame(done, RECORD_COLUMNS)
-        lr_choices = best_settings(lr_runs, TUNING_METRIC)
+    lr_choices, lr_runs = tune_on_seed(run_one, lambda m, v: job(params, m, {**ref, "lr": v}, seed), METHODS, params.lrs,
+                                       RECORD_COLUMNS, TUNING_METRIC, w, desc="FedDCT tuning: learning rates")
     lr = chosen(lr_choices)
     knobbed = tuple(KNOBS)
     if len(params.mus) == 1:
-        knob_choices = _one_value(knobbed, {m: params.knob_grid(m)[0] for m in knobbed})
+        knob_choices = tuple(c for m in knobbed for c in one_value([m], params.knob_grid(m)[0]))
         return Tuned(lr=lr_choices, knob=knob_choices, runs=lr_runs.assign(stage="lr"))
     extra = [job(params, m, {**ref, "lr": lr[m], KNOBS[m]: v}, seed) for m in knobbed for v in params.knob_grid(m)[1:]]
     done = execute(run_one, extra, w, desc="FedDCT tuning: knobs")
@@ -572,17 +563,12 @@ def memory_accuracy(results: Results) -> Figure:
 def tuning_tables(results: Results) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The learning-rate stage and the knob stage of the tuning: validation and test accuracy per value, the choice."""
     runs = results.tuned.runs
-    if runs.empty:
-        rates = pd.DataFrame({"method": [LABELS[c.method] for c in results.tuned.lr],
-                              "chosen on validation": [f"{c.value:g} (the only value)" for c in results.tuned.lr]})
-    else:
-        rates = tuning_table(runs[runs.stage == "lr"], results.tuned.lr, LABELS, metric=TUNING_METRIC)
-    knobs = runs[runs.stage == "knob"] if len(runs) else runs
+    staged = {stage: runs[runs.stage == stage] if len(runs) else runs for stage in ("lr", "knob")}
     labels = {m: f"{LABELS[m]}: {KNOB_SYMBOL[m]}" for m in KNOBS}
-    if knobs.empty:
-        return rates, pd.DataFrame({"method": [labels[c.method] for c in results.tuned.knob],
-                                    "chosen on validation": [f"{c.value:g} (the only value)" for c in results.tuned.knob]})
-    return rates, tuning_table(knobs.assign(setting=knobs.knob), results.tuned.knob, labels, metric=TUNING_METRIC)
+    knobs = staged["knob"]
+    return (tuning_summary(staged["lr"], results.tuned.lr, LABELS, TUNING_METRIC),
+            tuning_summary(knobs.assign(setting=knobs.knob) if len(knobs) else knobs, results.tuned.knob, labels,
+                           TUNING_METRIC))
 
 
 def summary_table(results: Results) -> pd.DataFrame:

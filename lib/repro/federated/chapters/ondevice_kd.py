@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from repro.federated.arrays import from_arrayrecord
 from repro.federated.client import LocalSGD
 from repro.federated.engine import RunSummary
-from repro.federated.figures import accuracy_band, mean_sd, seed_sd, tuning_table
+from repro.federated.figures import accuracy_band, mean_sd, seed_sd
 from repro.federated.ondevice_kd import (
     AUX,
     LARGE,
@@ -43,6 +43,8 @@ from repro.federated.ondevice_kd import (
     strip,
 )
 from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
+from repro.federated.seed_tuning import tune_on_seed
+from repro.federated.seed_tuning import tuning_summary as tuning_summary_table
 from repro.federated.task import TaskSpec, available_train, load_task_data, majority_accuracy
 from repro.federated.tiers import Tier, assign_tiers, count_step
 from repro.federated.tuning import Choice, best_settings, chosen, model_validation_accuracy
@@ -249,23 +251,10 @@ def run_one(job: KdRun) -> KdRecord:
 def tune(params: Params) -> tuple[tuple[Choice, ...], pd.DataFrame]:
     """Every method at every rate of ``lrs`` on the tuning seed; each keeps the best on the validation set.
 
-    A one-value grid runs nothing and chooses it.
-
-    Returns
-    -------
-    choices : tuple of Choice
-        One per method (:func:`repro.federated.tuning.best_settings`, the smallest rate on ties).
-    runs : DataFrame
-        The tuning runs (:data:`RECORD_COLUMNS`; empty for a one-value grid).
+    See :func:`repro.federated.seed_tuning.tune_on_seed` (a one-value grid runs nothing and chooses it).
     """
-    grid = tuple(sorted(params.lrs))
-    if len(grid) == 1:
-        return (tuple(Choice(method=m, value=grid[0], score=math.nan, grid=grid) for m in METHODS),
-                pd.DataFrame(columns=list(RECORD_COLUMNS)))
-    done = execute(run_one, [params.job(m, lr, params.tuning_seed) for m in METHODS for lr in grid], params.workers,
-                   desc="on-device KD tuning")
-    runs = records_frame(done, RECORD_COLUMNS)
-    return best_settings(runs, TUNING_METRIC), runs
+    return tune_on_seed(run_one, lambda m, lr: params.job(m, lr, params.tuning_seed), METHODS, params.lrs,
+                        RECORD_COLUMNS, TUNING_METRIC, params.workers, desc="on-device KD tuning")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -338,10 +327,7 @@ def moved_on_test(results: Results) -> list[str]:
 
 def tuning_summary(results: Results) -> pd.DataFrame:
     """Per method: validation and test accuracy at every rate on the tuning seed, and the rate kept."""
-    if results.tuning.empty:
-        return pd.DataFrame({"method": [LABELS[c.method] for c in results.choices],
-                             "chosen on validation": [f"{c.value:g} (the only value)" for c in results.choices]})
-    return tuning_table(results.tuning, results.choices, LABELS, metric=TUNING_METRIC)
+    return tuning_summary_table(results.tuning, results.choices, LABELS, TUNING_METRIC)
 
 
 def memory_table(spec: TaskSpec, aux_hidden: tuple[int, ...], batch_size: int, momentum: float) -> pd.DataFrame:

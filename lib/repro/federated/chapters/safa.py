@@ -27,11 +27,12 @@ from matplotlib.figure import Figure
 from repro.federated.client import LocalSGD
 from repro.federated.engine import RunSummary
 from repro.federated.feddyn import FedDyn, make_feddyn_client_app
-from repro.federated.figures import accuracy_band, tuning_table
+from repro.federated.figures import accuracy_band
 from repro.federated.regularised import make_regularised_client_app
 from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
 from repro.federated.safa import SAFA, PeriodRule, feddc
 from repro.federated.scaffold import SCAFFOLD, make_scaffold_client_app
+from repro.federated.seed_tuning import tuning_summary as tuning_summary_table
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec, majority_accuracy
 from repro.federated.tuning import Choice, best_settings, chosen, validation_accuracy
@@ -342,7 +343,7 @@ def final_periods(results: Results) -> pd.Series:
 
 def tuning_summary(results: Results) -> pd.DataFrame:
     """Per tuned baseline: validation and test accuracy at every grid value on the tuning seed, and the choice."""
-    return tuning_table(results.tuning, results.choices, LABELS, metric=TUNING_METRIC)
+    return tuning_summary_table(results.tuning, results.choices, LABELS, TUNING_METRIC)
 
 
 # ----- figures and table ------------------------------------------------------------------

@@ -23,9 +23,11 @@ from matplotlib.figure import Figure
 
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import History, RunSummary
-from repro.federated.figures import accuracy_band, mean_sd, tuning_table
+from repro.federated.figures import accuracy_band, mean_sd
 from repro.federated.hierfavg import HierFAVG
 from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
+from repro.federated.seed_tuning import tune_on_seed
+from repro.federated.seed_tuning import tuning_summary as tuning_summary_table
 from repro.federated.sfetec import (
     CostModel,
     RoundTraffic,
@@ -37,7 +39,7 @@ from repro.federated.sfetec import (
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, available_train, build_model, majority_accuracy, planted_clusters
 from repro.federated.tiers import FLOAT_BYTES, linear_layers
-from repro.federated.tuning import Choice, best_settings, chosen, model_validation_accuracy, validation_accuracy
+from repro.federated.tuning import Choice, chosen, model_validation_accuracy, validation_accuracy
 from repro.models import set_weights
 from repro.params import ChapterParams, require
 from repro.results import Evidence
@@ -202,23 +204,10 @@ def job(params: Params, method: str, lr: float, seed: int) -> SfetecRun:
 def tune(params: Params) -> tuple[tuple[Choice, ...], pd.DataFrame]:
     """Every method at every rate of ``lrs`` on the tuning seed; each keeps the best on the held-out samples.
 
-    A one-value grid runs nothing and chooses it.
-
-    Returns
-    -------
-    choices : tuple of Choice
-        One per method (:func:`repro.federated.tuning.best_settings`, the smallest rate on ties).
-    runs : DataFrame
-        The tuning runs (:data:`RECORD_COLUMNS`; empty for a one-value grid).
+    See :func:`repro.federated.seed_tuning.tune_on_seed` (a one-value grid runs nothing and chooses it).
     """
-    grid = tuple(sorted(params.lrs))
-    if len(grid) == 1:
-        return (tuple(Choice(method=m, value=grid[0], score=float("nan"), grid=grid) for m in METHODS),
-                pd.DataFrame(columns=list(RECORD_COLUMNS)))
-    done = execute(run_one, [job(params, m, lr, params.tuning_seed) for m in METHODS for lr in grid], params.workers,
-                   desc="SFETEC tuning")
-    runs = records_frame(done, RECORD_COLUMNS)
-    return best_settings(runs, TUNING_METRIC), runs
+    return tune_on_seed(run_one, lambda m, lr: job(params, m, lr, params.tuning_seed), METHODS, params.lrs,
+                        RECORD_COLUMNS, TUNING_METRIC, params.workers, desc="SFETEC tuning")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -380,14 +369,8 @@ def sensitivity_figure(results: Results) -> Figure:
 
 
 def tuning_summary(results: Results) -> pd.DataFrame:
-    """Per method: validation and test accuracy at every rate on the tuning seed, and the rate kept.
-
-    With a one-value grid (nothing tuned) only the rate.
-    """
-    if results.tuning.empty:
-        return pd.DataFrame({"method": [LABELS[c.method] for c in results.choices],
-                             "chosen on validation": [f"{c.value:g} (the only value)" for c in results.choices]})
-    return tuning_table(results.tuning, results.choices, LABELS, metric=TUNING_METRIC)
+    """Per method: validation and test accuracy at every rate on the tuning seed, and the rate kept."""
+    return tuning_summary_table(results.tuning, results.choices, LABELS, TUNING_METRIC)
 
 
 def summary_table(results: Results) -> pd.DataFrame:
