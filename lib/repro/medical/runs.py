@@ -24,7 +24,7 @@ TORCH_THREADS = 1
 
 
 class SeededParams(Protocol):
-    """What :func:`sweep_seeds` reads from a chapter's parameters."""
+    """What :func:`seed_jobs` and :class:`SeedJob` read from a chapter's parameters."""
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -106,6 +106,46 @@ def run_jobs(run_seed: Callable[[SeedJob[Params]], Outcome], jobs: Sequence[Seed
              desc: str) -> list[Outcome]:
     """Run ``run_seed`` on every job, in ``workers`` processes; outcomes in job order."""
     return parallel_map(run_seed, list(jobs), workers=workers, desc=desc)
+
+
+class Tuned(Protocol):
+    """What :func:`tune_on_first_seed` reads from a seed's outcome: its arms, each with the rate it kept."""
+
+    @property
+    def arms(self) -> Sequence[Any]:
+        """Results with ``arm`` and ``lr`` attributes."""
+
+
+TunedOutcome = TypeVar("TunedOutcome", bound=Tuned)
+
+
+def tune_on_first_seed(run_seed: Callable[[SeedJob[Params]], TunedOutcome], params: Params, output_dir: str | Path,
+                       arms: Sequence[str], grid: tuple[float, ...]) -> tuple[TunedOutcome, dict[str, float]]:
+    """Run the first seed with every arm trying every rate of ``grid`` (each keeps its best on validation).
+
+    Parameters
+    ----------
+    run_seed
+        The chapter's per-seed function; it trains each arm of ``job.lrs`` at every rate given and keeps
+        the one its validation data prefer.
+    params
+        The chapter's parameters (their first seed is the tuning seed).
+    output_dir
+        The run's folder.
+    arms
+        The arms to tune.
+    grid
+        The learning rates every arm tries.
+
+    Returns
+    -------
+    tuple
+        The first seed's outcome (its arms at their chosen rates) and arm -> chosen rate, to fix for the
+        other seeds.
+    """
+    jobs = seed_jobs(params, output_dir, lrs={arm: grid for arm in arms}, seeds=params.seeds[:1])
+    first = run_jobs(run_seed, jobs, 1, "tuning on the first seed")[0]
+    return first, {a.arm: a.lr for a in first.arms}
 
 
 def save_network(net: nn.Module, path: str | Path, fields: dict[str, Any]) -> Path:

@@ -27,7 +27,7 @@ every variant gives bit-identical centroids for a given chunk count.
 
 :func:`lloyd_step_mpi` is the scale-out step (local assignment, then
 ``Allreduce`` of sums and counts); ``python -m repro.misc.kmeans`` is its
-worker, launched with :func:`repro.collectives.launcher.run_mpi`.
+worker, launched with :func:`repro.hpc.launcher.run_mpi`.
 """
 
 from __future__ import annotations

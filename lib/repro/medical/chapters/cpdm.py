@@ -46,7 +46,7 @@ from repro.medical.figures import show_ct, show_pet
 from repro.medical.metrics import TranslationScores, psnr, score_translations
 from repro.medical.phantom import PhantomConfig, generate_set, hot_spot_mask, normalise_ct, normalise_pet
 from repro.medical.regression import predict, train_regression
-from repro.medical.runs import SeedJob, run_jobs, seed_jobs
+from repro.medical.runs import SeedJob, run_jobs, seed_jobs, tune_on_first_seed
 from repro.medical.unet import UNet, UNetConfig, load_unet, save_unet
 from repro.params import ChapterParams, require
 from repro.results import Evidence
@@ -368,9 +368,7 @@ def run(params: Params, output_dir: str | Path | None = None) -> Results:
         Every seed's scores, the chosen learning rates and the coupling sweep.
     """
     out = Path(output_dir) if output_dir is not None else Path("build/notebook/cpdm")
-    grid = {arm: params.lr_grid for arm in ARMS}
-    first = run_jobs(run_seed, seed_jobs(params, out, lrs=grid, seeds=params.seeds[:1]), 1, "cpdm tuning")[0]
-    chosen = {a.arm: a.lr for a in first.arms}
+    first, chosen = tune_on_first_seed(run_seed, params, out, ARMS, params.lr_grid)
     fixed = {arm: (lr,) for arm, lr in chosen.items()}
     pair = {arm: fixed[arm] for arm in ("bbdm", "bbdm_attenuation")}
     jobs = seed_jobs(params, out, lrs=fixed, seeds=params.seeds[1:])

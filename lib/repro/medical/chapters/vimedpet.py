@@ -51,7 +51,7 @@ from repro.medical.report_generator import (
     train_generator,
 )
 from repro.medical.reports import FieldScores, bleu4, field_accuracy, render, rouge_l
-from repro.medical.runs import SeedJob, run_jobs, seed_jobs
+from repro.medical.runs import SeedJob, run_jobs, seed_jobs, tune_on_first_seed
 from repro.medical.vqa import QUESTIONS, answers, majority_accuracy, qa_accuracy, train_qa_head
 from repro.params import ChapterParams, require
 from repro.results import Evidence
@@ -427,9 +427,7 @@ def run(params: Params, output_dir: str | Path | None = None) -> Results:
         The run's folder; checkpoints go under ``output_dir/checkpoints`` (default: the notebook's build folder).
     """
     out = Path(output_dir) if output_dir is not None else Path("build/notebook/vimedpet")
-    grid = {arm: params.lr_grid for arm in ARMS}
-    first = run_jobs(run_seed, seed_jobs(params, out, lrs=grid, seeds=params.seeds[:1]), 1, "vimedpet tuning")[0]
-    chosen = {a.arm: a.lr for a in first.arms}
+    first, chosen = tune_on_first_seed(run_seed, params, out, ARMS, params.lr_grid)
     rest = run_jobs(run_seed, seed_jobs(params, out, lrs={a: (lr,) for a, lr in chosen.items()}, seeds=params.seeds[1:]),
                     params.workers, "vimedpet seeds")
     return Results(seeds=(first, *rest), chosen_lr=chosen)
