@@ -59,16 +59,6 @@ def test_a_run_that_never_reaches_the_target_is_censored():
     assert not split.reached.any() and (split["rounds"] == 24).all()
 
 
-def test_impossible_parameters_are_refused_naming_them():
-    with pytest.raises(ParameterError, match="mus"):
-        dataclasses.replace(TINY, mus=(0.01, 0.1, 1.0)).checks()  # unequal knob budgets
-    with pytest.raises(ParameterError, match="split_factor"):
-        dataclasses.replace(TINY, split_factor=3).checks()
-    with pytest.raises(ParameterError, match="tuning_seed"):
-        dataclasses.replace(TINY, tuning_seed=0).checks()
-    TINY.checks()
-
-
 def test_fedavg_at_equal_steps_takes_s_times_the_local_steps():
     ref = {**TINY.reference(), "lr": 0.1}
     assert driver.job(TINY, "fedavg_large_long", ref, 0).tau == TINY.split_factor * driver.job(TINY, "fedavg_large", ref, 0).tau
@@ -99,3 +89,18 @@ def test_clusters_must_be_whole():
     with pytest.raises(ValueError, match="multiple of split_factor"):
         driver.DctRun(method="feddct", spec=SPEC, sgd=LocalSGD(batch_size=8, lr=0.1), tau=1, rounds=1, seed=0,
                       split_factor=3)
+
+
+@pytest.mark.parametrize(("named", "change"), [
+    ('mus', dict(mus=(0.01, 0.1, 1.0))),
+    ('split_factor', dict(split_factor=3)),
+    ('tuning_seed', dict(tuning_seed=0)),
+    ('cot_finals', dict(cot_finals=(0.5, 0.5))),
+    ('num_clients', dict(n_train=100, num_clients=200, split_factor=2)),
+    ('seeds', dict(seeds=(0, 0))),
+    ('eval_every', dict(eval_every=5)),
+])
+def test_every_impossible_combination_is_refused_naming_its_parameters(named, change):
+    TINY.checks()  # the base case passes
+    with pytest.raises(ParameterError, match=named):
+        dataclasses.replace(TINY, **change).checks()

@@ -36,18 +36,6 @@ def test_claims_pair_the_kd_model_with_each_baseline_by_seed():
     assert list(c["gain_vs_feddf"].arms["feddf"]) == [86.0, 87.0] and c["gain_vs_feddf"].trivial == 10.0
 
 
-def test_impossible_parameters_are_refused_naming_them():
-    with pytest.raises(ParameterError, match="labelled_share"):
-        dataclasses.replace(TINY, labelled_share=1.0).checks()
-    with pytest.raises(ParameterError, match="strong_share"):
-        dataclasses.replace(TINY, strong_share=0.05).checks()
-    with pytest.raises(ParameterError, match="pool_size"):
-        dataclasses.replace(TINY, pool_size=5000).checks()
-    with pytest.raises(ParameterError, match="tuning_seed"):
-        dataclasses.replace(TINY, tuning_seed=0).checks()
-    TINY.checks()
-
-
 def test_every_method_is_tuned_on_validation_and_never_on_test(shuffled_test_labels):
     choices, runs = driver.tune(TINY)
     assert {c.method for c in choices} == set(driver.METHODS) and {len(c.grid) for c in choices} == {2}
@@ -63,3 +51,19 @@ def test_tiers_follow_the_share_and_the_run_rejects_unknown_methods():
     assert sum(t.name == "strong" for t in driver.client_tiers(spec, 0.25, seed=3)) == 10
     with pytest.raises(ValueError, match="method"):
         TINY.job("fedavg", 0.1, 0)
+
+
+@pytest.mark.parametrize(("named", "change"), [
+    ('labelled_share', dict(labelled_share=1.0)),
+    ('strong_share', dict(strong_share=0.05)),
+    ('pool_size', dict(pool_size=5000)),
+    ('tuning_seed', dict(tuning_seed=0)),
+    ('active_clients', dict(active_clients=9)),
+    ('num_clients', dict(n_train=100, num_clients=60, active_clients=4)),
+    ('seeds', dict(seeds=(0, 0))),
+    ('lrs', dict(lrs=(0.1, 0.1))),
+])
+def test_every_impossible_combination_is_refused_naming_its_parameters(named, change):
+    TINY.checks()  # the base case passes
+    with pytest.raises(ParameterError, match=named):
+        dataclasses.replace(TINY, **change).checks()

@@ -37,14 +37,6 @@ def test_validation_and_test_draws_follow_each_clients_label_mix_from_disjoint_p
         assert len(s.y_val) == len(s.y_test) == FED.test_per_client
 
 
-def test_impossible_parameters_are_refused_naming_them():
-    with pytest.raises(ParameterError, match="active_clients"):
-        dataclasses.replace(TINY, active_clients=9).checks()
-    with pytest.raises(ParameterError, match="tune_seed"):
-        dataclasses.replace(TINY, tune_seed=0).checks()
-    TINY.checks()
-
-
 def test_tuning_reads_the_seen_validation_draws_never_the_test_draws(shuffled_test_labels):
     choices, runs = driver.tune(TINY)
     assert {c.method for c in choices} == set(driver.TRAINED)
@@ -80,3 +72,18 @@ def test_claims_are_hypernetwork_against_baseline_per_seed_with_both_arms():
     assert list(c["unseen_gap_to_fedrep_finetuned"].values) == [5.0, 5.0]  # FedRep with labels minus the hypernetwork
     assert c["unseen_gain_vs_fedavg"].trivial == 35.0 and c["seen_gain_vs_fedavg"].trivial == 30.0
     assert list(c["seen_gain_vs_fedavg"].arms["fedavg"]) == [50.0, 51.0]
+
+
+@pytest.mark.parametrize(("named", "change"), [
+    ('active_clients', dict(active_clients=9)),
+    ('tune_seed', dict(tune_seed=0)),
+    ('unseen', dict(unseen=1)),
+    ('groups', dict(groups=10)),
+    ('num_clients', dict(num_clients=700, unseen=4)),
+    ('seeds', dict(seeds=(0, 0))),
+    ('lrs', dict(lrs=(0.1, 0.1))),
+])
+def test_every_impossible_combination_is_refused_naming_its_parameters(named, change):
+    TINY.checks()  # the base case passes
+    with pytest.raises(ParameterError, match=named):
+        dataclasses.replace(TINY, **change).checks()

@@ -17,16 +17,6 @@ TINY = driver.Params(edges=2, clients_per_edge=2, samples_per_client=20, alpha=0
                      bandwidth_ratios=(0.5, 2.0), seeds=(0, 1), workers=1, device="cpu", eval_every=1)
 
 
-def test_impossible_parameters_are_refused_naming_them():
-    with pytest.raises(ParameterError, match="samples_per_client"):
-        dataclasses.replace(TINY, samples_per_client=400).checks()
-    with pytest.raises(ParameterError, match="tuning_seed"):
-        dataclasses.replace(TINY, tuning_seed=1).checks()
-    with pytest.raises(ParameterError, match="cloud_every"):
-        dataclasses.replace(TINY, cloud_every=3).checks()
-    TINY.checks()
-
-
 def known_results(up_sfetec: tuple[float, float] = (25.0, 25.0)) -> driver.Results:
     rows = []
     for s in (0, 1):
@@ -61,3 +51,16 @@ def test_every_method_is_tuned_on_validation_and_never_on_test(shuffled_test_lab
     assert again == choices
     assert rerun.validation_accuracy.tolist() == runs.validation_accuracy.tolist()
     assert rerun.budget_accuracy.tolist() != runs.budget_accuracy.tolist()  # the test labels did change
+
+
+@pytest.mark.parametrize(("named", "change"), [
+    ('samples_per_client', dict(samples_per_client=400)),
+    ('tuning_seed', dict(tuning_seed=1)),
+    ('cloud_every', dict(cloud_every=3)),
+    ('seeds', dict(seeds=(0, 0))),
+    ('lrs', dict(lrs=(0.1, 0.1))),
+])
+def test_every_impossible_combination_is_refused_naming_its_parameters(named, change):
+    TINY.checks()  # the base case passes
+    with pytest.raises(ParameterError, match=named):
+        dataclasses.replace(TINY, **change).checks()
