@@ -8,16 +8,21 @@ import numpy as np
 import pytest
 import torch
 
+from repro.params import ParameterError, resolve
+from repro.registry import load_registry
 from repro.training import kakurenbo as hiding
 from repro.training.chapters import kakurenbo as driver
+from repro.training.forgetting import ForgettingCounter
 from repro.training.importance_sampling import importance_draw
 from repro.training.launcher import launch
 from repro.training.sample_loop import SampleStats
 from repro.training.selective_backprop import LossHistory
 
-SETUP = driver.KakurenboSetup(n_samples=1200, n_features=12, n_informative=8, num_classes=4, class_sep=1.5,
-                              flip_y=0.02, hidden=(32,), batch_size=32, base_lr=0.05, momentum=0.9,
-                              weight_decay=5e-4, epochs=6, max_fraction=0.3, threshold=0.7, sb_keep=1 / 3)
+SETUP = driver.Params(n_samples=1200, n_features=12, n_informative=8, num_classes=4, class_sep=1.5, flip_y=0.02,
+                      hidden=(32,), batch_size=32, base_lr=0.05, momentum=0.9, weight_decay=5e-4, epochs=6,
+                      max_fraction=0.3, threshold=0.7, sb_keep=1 / 3, forget_epochs=2, seeds=(0,), workers=1,
+                      device="cpu")
+CHAPTER = load_registry().get("kakurenbo")
 
 
 @pytest.fixture(scope="module")
@@ -156,15 +161,61 @@ def test_stats_allreduce_across_ranks():
         np.testing.assert_allclose(conf, ids / n)
 
 
-def test_claims_cover_the_registry(split):
-    runs = driver.sweep(replace(SETUP, epochs=3), [0])
-    vals = driver.claims(runs)
-    assert set(vals) == {
-        "time_reduction",
-        "backward_reduction",
-        "accuracy_drop",
-        "iswr_gap",
-        "moveback_gain",
-        "importance_vs_random",
-    }
-    assert all(len(v) == 1 and np.isfinite(v[0]) for v in vals.values())
+def test_claims_cover_the_registry_and_pair_the_arms():
+    params = replace(SETUP, epochs=3, seeds=(0, 1))
+    results = driver.run(params)
+    vals = driver.claims(results)
+    assert set(vals) == {c.id for c in CHAPTER.claims}
+    for v in vals.values():
+        values = v.values if isinstance(v, driver.Evidence) else v
+        assert len(values) == 2 and np.all(np.isfinite(values))
+    ev = vals["forgetting_gap"]
+    assert set(ev.arms) == {"kakurenbo", "forgetting"} and ev.trivial == results.chance
+    assert list(ev.values) == pytest.approx([a - b for a, b in zip(ev.arms["kakurenbo"], ev.arms["forgetting"])])
+
+
+def _stats(index, correct):
+    n = len(index)
+    return SampleStats(index=np.asarray(index), loss=np.zeros(n), correct=np.asarray(correct, dtype=bool),
+                       confidence=np.ones(n))
+
+
+def test_a_forgetting_event_is_correct_then_wrong():
+    counter = ForgettingCounter(4)
+    counter.update(_stats([0, 1, 2, 3], [False, True, True, False]))  # first presentation: no event
+    counter.update(_stats([0, 1, 2, 3], [True, False, True, False]))  # sample 1 forgotten
+    counter.update(_stats([1, 2], [True, False]))                    # sample 2 forgotten; 0 and 3 not presented
+    counter.update(_stats([1], [False]))                             # sample 1 forgotten again
+    assert counter.events.tolist() == [0, 2, 1, 0]
+
+
+def test_pruning_removes_the_least_forgotten_for_good():
+    counter = ForgettingCounter(10)
+    counter.events[:] = [3, 0, 5, 0, 1, 2, 0, 4, 1, 0]
+    sel = counter.prune(0.3)
+    assert sel.hidden.tolist() == [1, 3, 6]  # the fewest events, ties in index order, as torch.sort in the code
+    assert counter.selection().hidden.tolist() == [1, 3, 6]
+    assert len(sel.visible) == 7 and not set(sel.visible) & set(sel.hidden)
+
+
+def test_the_forgetting_baseline_trains_on_everything_then_prunes_with_no_rate_compensation(split):
+    tr = driver.MethodTrainer("forgetting", SETUP, split, 0)
+    base = driver.MethodTrainer("baseline", SETUP, split, 0)
+    n = len(split.train)
+    for e in range(SETUP.epochs):
+        rec, ref = tr.epoch(e), base.epoch(e)
+        assert rec.lr == ref.lr
+        expected = 0 if e < SETUP.forget_epochs else int(np.floor(SETUP.max_fraction * n))
+        assert rec.hidden == expected and rec.backward_passes == n - expected and rec.forward_passes == n - expected
+    assert tr.forgetting.events.sum() > 0, "the test must exercise forgetting"
+
+
+@pytest.mark.parametrize("override,name", [
+    ({"n_informative": 50}, "n_informative"),
+    ({"forget_epochs": 6}, "forget_epochs"),
+    ({"num_classes": 100, "n_informative": 3}, "num_classes"),
+    ({"batch_size": 4096, "n_samples": 2000}, "batch_size"),
+])
+def test_impossible_combinations_are_refused_before_any_work(override, name):
+    with pytest.raises(ParameterError, match=repr(name)):
+        resolve(CHAPTER, "smoke", override)
