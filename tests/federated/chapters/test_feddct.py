@@ -45,9 +45,10 @@ def test_claims_pair_feddct_with_each_baseline_by_seed():
     assert list(c["gain_vs_splitfed"].values) == [16.0, 16.0] and list(c["gain_vs_fedprox"].values) == [7.0, 7.0]
     assert list(c["gain_vs_fedgkt"].values) == [18.0, 18.0]
     assert list(c["gain_vs_fedgkt"].arms["fedgkt"]) == [68.0, 69.0] and c["gain_vs_fedgkt"].trivial == 10.0
-    # FedAvg-large reaches 95% of its best at round 16, FedDCT at round 8; the same against the long FedAvg
-    assert list(c["rounds_saved_vs_fedavg_large"].values) == [8.0, 8.0]
-    assert list(c["rounds_saved_vs_fedavg_large_equal_steps"].values) == [8.0, 8.0]
+    # FedAvg-large reaches 95% of its best at round 16, FedDCT at round 8: half the rounds saved; the same against
+    # the long FedAvg
+    assert list(c["rounds_saved_vs_fedavg_large"].values) == [50.0, 50.0]
+    assert list(c["rounds_saved_vs_fedavg_large_equal_steps"].values) == [50.0, 50.0]
     assert c["memory_reduction"] == [pytest.approx(driver.device_memory(known_results().memory, "feddct")["large / device"])]
 
 
