@@ -157,9 +157,14 @@ class SfetecRecord(RunRecord):
     cloud: float = 0.0
 
 
+def model_scalars(spec: TaskSpec) -> int:
+    """Parameters of the whole model."""
+    return sum(int(p.numel()) for p in build_model(spec, 0).parameters())
+
+
 def model_bytes(spec: TaskSpec) -> int:
     """Bytes of the whole model (float32)."""
-    return FLOAT_BYTES * sum(int(p.numel()) for p in build_model(spec, 0).parameters())
+    return FLOAT_BYTES * model_scalars(spec)
 
 
 def run_one(job: SfetecRun) -> SfetecRecord:
@@ -250,7 +255,7 @@ def run(params: Params) -> Results:
     spec = params.spec()
     return Results(final=round_seconds(final, params, params.cost()), curves=curves_frame(done, ("method", "setting", "seed")),
                    choices=choices, tuning=tuning, sensitivity=time_sensitivity(final, params),
-                   trivial=majority_accuracy(spec), model_scalars=model_bytes(spec) // FLOAT_BYTES)
+                   trivial=majority_accuracy(spec), model_scalars=model_scalars(spec))
 
 
 # ----- simulated wall-clock ------------------------------------------------------------------------
