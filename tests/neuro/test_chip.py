@@ -7,7 +7,7 @@ import pytest
 
 from repro.neuro import convert as cv
 from repro.neuro.core import DeviceModel, adc, program
-from repro.neuro.mapping import TrafficCounter, place, tile_network, xy_route
+from repro.neuro.mapping import NocTiming, TrafficCounter, noc_delay, place, tile_network, xy_route
 from repro.neuro.simulate import ChipConfig, build_chip, chip_run, reference_run
 
 
@@ -126,3 +126,20 @@ def test_relocated_traffic_keeps_packets_and_recounts_hops(network, inputs):
     assert sum(moved.link_loads().values()) == moved.hops
     with pytest.raises(ValueError):
         run.traffic.relocated(coords[:-1])
+
+
+def test_first_order_noc_delay_from_hops_and_link_loads():
+    coords = np.array([[0, 0], [3, 0], [3, 2]])
+    traffic = TrafficCounter(coords=coords)
+    traffic.add(0, np.array([1]), 7)  # 3 hops
+    traffic.add(0, np.array([2]), 2)  # 5 hops: the longest route
+    assert traffic.longest_route == 5
+    busiest = max(traffic.link_loads().values())
+    assert busiest == 9  # the link out of core 0 carries both flows
+    timing = NocTiming(router_cycles=3.0, link_cycles=1.0, packet_cycles=2.0, clock_mhz=500.0)
+    d = noc_delay(traffic, busiest, ticks=2, inputs=2, timing=timing)
+    assert d.route_cycles == 5 * (3 + 1)
+    assert d.serialisation_cycles == 3 * 2.0  # ceil(9 packets / (2 ticks x 2 inputs)) one after another
+    assert d.cycles_per_tick == 26.0
+    assert d.microseconds_per_input == pytest.approx(26.0 * 2 / 500.0)
+    assert TrafficCounter(coords=coords).longest_route == 0

@@ -101,7 +101,7 @@ class GuidedDQN(DQN):
 class TrainedDQN:
     """A trained agent, the per-episode returns seen while training, and the wall time."""
 
-    model: GuidedDQN
+    model: DQN
     episode_returns: tuple[float, ...]
     episode_lengths: tuple[int, ...]
     seconds: float
@@ -122,7 +122,7 @@ class _EpisodeLog(gym.Wrapper):
 
     def step(self, action):
         obs, r, term, trunc, info = self.env.step(action)
-        self._ret += r
+        self._ret += float(r)
         self._len += 1
         if term or trunc:
             self.returns.append(self._ret)

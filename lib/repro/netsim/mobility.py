@@ -129,7 +129,7 @@ def bus_routes(g: nx.Graph, spec: CitySpec, rng: np.random.Generator) -> list[li
     far = 0.6 * 2 * (spec.grid - 1)
     weights = {e: 1.0 + 0.2 * rng.random() for e in g.edges}
     nx.set_edge_attributes(g, weights, "jitter")
-    routes = []
+    routes: list[list[tuple[int, int]]] = []
     while len(routes) < spec.routes:
         a, b = (nodes[i] for i in rng.choice(len(nodes), size=2, replace=False))
         if abs(a[0] - b[0]) + abs(a[1] - b[1]) >= far:

@@ -200,8 +200,8 @@ class ThreeTierV2XEnv(gym.Env):
             return np.zeros(OBS_DIM, dtype=np.float32)
         t, v, size = self.task_time[self.i], self.task_vehicle[self.i], self.task_size[self.i]
         x = self.traffic.position(v, t)
-        dist, k = self.coverage.nearest(np.array([[x, 0.0]]))
-        dist, k = float(dist[0]), int(k[0])
+        dists, nearest = self.coverage.nearest(np.array([[x, 0.0]]))
+        dist, k = float(dists[0]), int(nearest[0])
         xs = (t - self.traffic.entry) * self.traffic.speed
         on_road = (xs >= 0) & (xs < c.road_m)
         in_cov = int(np.sum(on_road & (np.abs(xs - c.rsu_x[k]) <= c.rsu_radius_m)))

@@ -4,7 +4,8 @@
   weight normalisation, integer synaptic weights, integrate-and-fire neurons
   with subtractive reset.
 * :mod:`repro.neuro.mapping` -- tiling of layers onto crossbar-sized cores,
-  placement on a 2D mesh, XY routing, packet, hop and link-load counts.
+  placement on a 2D mesh, XY routing, packet, hop and link-load counts, and a
+  first-order network-on-chip delay from those counters.
 * :mod:`repro.neuro.core` -- the core phase: RRAM conductance quantisation,
   lognormal device variation, the column ADC and the membrane update.
 * :mod:`repro.neuro.simulate` -- the tick loop: a monolithic torch reference

@@ -71,7 +71,11 @@ def place(n_cores: int, mesh: tuple[int, int], order: str = "sequential", seed: 
     return np.stack([chosen % width, chosen // width], axis=1)
 
 
-def xy_route(src: tuple[int, int], dst: tuple[int, int]) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+Link = tuple[tuple[int, int], tuple[int, int]]
+"""A directed link of the mesh: from one router's coordinates to a neighbour's."""
+
+
+def xy_route(src: tuple[int, int], dst: tuple[int, int]) -> list[Link]:
     """The directed links of the XY route from ``src`` to ``dst`` (x first, then y)."""
     (x, y), (x1, y1) = src, dst
     links = []
@@ -98,7 +102,7 @@ class TrafficCounter:
 
     def add(self, src: int, dst: np.ndarray, packets: np.ndarray | int) -> None:
         """Add ``packets`` packets from core ``src`` to each core in ``dst``."""
-        np.add.at(self.pairs, (src, dst), packets)
+        np.add.at(self.pairs, (np.full(np.shape(dst), src), np.asarray(dst)), packets)
 
     def relocated(self, coords: np.ndarray) -> TrafficCounter:
         """The same packets between the same cores, with the cores placed at ``coords`` instead."""
@@ -115,17 +119,93 @@ class TrafficCounter:
 
     def hop_matrix(self) -> np.ndarray:
         """Manhattan distance between every pair of cores."""
-        return np.abs(self.coords[:, None, :] - self.coords[None, :, :]).sum(-1)
+        return np.asarray(np.abs(self.coords[:, None, :] - self.coords[None, :, :]).sum(-1))
 
     @property
     def hops(self) -> int:
         """Sum of the hop counts of all packets."""
         return int((self.pairs * self.hop_matrix()).sum())
 
-    def link_loads(self) -> dict[tuple[tuple[int, int], tuple[int, int]], int]:
+    @property
+    def longest_route(self) -> int:
+        """Hops of the longest route any packet took (0 without packets)."""
+        used = self.pairs > 0
+        return int(self.hop_matrix()[used].max()) if used.any() else 0
+
+    def link_loads(self) -> dict[Link, int]:
         """Packets that crossed each directed link (XY routing)."""
-        loads: dict = {}
+        loads: dict[Link, int] = {}
         for s, d in zip(*np.nonzero(self.pairs)):
-            for link in xy_route(tuple(self.coords[s]), tuple(self.coords[d])):
+            for link in xy_route((int(self.coords[s][0]), int(self.coords[s][1])),
+                                 (int(self.coords[d][0]), int(self.coords[d][1]))):
                 loads[link] = loads.get(link, 0) + int(self.pairs[s, d])
         return loads
+
+
+@dataclass(frozen=True, kw_only=True)
+class NocTiming:
+    """Assumed timing of the mesh network-on-chip, for the first-order delay model of :func:`noc_delay`.
+
+    Attributes
+    ----------
+    router_cycles, link_cycles
+        Cycles a packet spends in each router it crosses and on each link.
+    packet_cycles
+        Cycles a link is busy with one packet (its flits, one after another).
+    clock_mhz
+        The network's clock.
+    """
+
+    router_cycles: float
+    link_cycles: float
+    packet_cycles: float
+    clock_mhz: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class NocDelay:
+    """The first-order network-on-chip delay of a run (see :func:`noc_delay`).
+
+    Attributes
+    ----------
+    route_cycles
+        Zero-load latency of the longest route used: ``hops x (router + link cycles)``.
+    serialisation_cycles
+        The busiest link's packets per tick and input, sent one after another.
+    cycles_per_tick
+        Their sum: the time the network needs to deliver one tick's spikes.
+    microseconds_per_input
+        ``cycles_per_tick x ticks`` at the clock: the network's share of one inference.
+    """
+
+    route_cycles: float
+    serialisation_cycles: float
+    cycles_per_tick: float
+    microseconds_per_input: float
+
+
+def noc_delay(traffic: TrafficCounter, busiest_link: int, ticks: int, inputs: int, timing: NocTiming) -> NocDelay:
+    """A first-order delay of the network-on-chip phase from the run's hop and link-load counters.
+
+    Per tick and input, the network needs at least the latency of its longest route at zero load,
+    ``hops x (router + link cycles)``, plus the time the busiest link takes to pass its packets one after
+    another (its load averaged over the ticks and inputs of the run, rounded up, times ``packet_cycles``).
+    Queueing behind other links and bursts within a tick are not modelled: a lower bound, not a cycle-level
+    simulation.
+
+    Parameters
+    ----------
+    traffic
+        The run's packets between cores (for the longest route).
+    busiest_link
+        Packets the busiest directed link carried over the run.
+    ticks, inputs
+        Ticks and inputs (images) of the run.
+    timing
+        The assumed cycles and clock.
+    """
+    route = traffic.longest_route * (timing.router_cycles + timing.link_cycles)
+    serial = math.ceil(busiest_link / max(ticks * inputs, 1)) * timing.packet_cycles
+    per_tick = route + serial
+    return NocDelay(route_cycles=float(route), serialisation_cycles=float(serial), cycles_per_tick=float(per_tick),
+                    microseconds_per_input=float(per_tick * ticks / timing.clock_mhz))

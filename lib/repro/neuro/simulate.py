@@ -108,6 +108,8 @@ class RunResult:
         Total hops, packets summed over every link they cross, the busiest link's packets.
     core_seconds, wall_seconds
         Wall time spent in the core phase (workers included) and in the whole tick loop.
+    tick_core_seconds, tick_wall_seconds
+        The same for every tick (on a shared machine the fastest tick is the least disturbed).
     traffic
         The packets between every pair of cores (to re-evaluate another placement of the same cores).
     """
@@ -122,6 +124,8 @@ class RunResult:
     max_link_load: int = 0
     core_seconds: float = 0.0
     wall_seconds: float = 0.0
+    tick_core_seconds: tuple[float, ...] = ()
+    tick_wall_seconds: tuple[float, ...] = ()
     traffic: TrafficCounter | None = None
 
     def predictions(self) -> np.ndarray:
@@ -201,12 +205,14 @@ def chip_run(chip: Chip, inputs: np.ndarray, workers: int = 1) -> RunResult:
                    for g in chip.groups]  # home tile first (tiles are listed by in_block)
     source_core = [np.zeros(w.shape[1], dtype=np.int64) for w in net.weights]
     for (layer, _), core in chip.home.items():
-        t = chip.tiles[core]
-        source_core[layer][t.out_lo:t.out_hi] = core
+        home = chip.tiles[core]
+        source_core[layer][home.out_lo:home.out_hi] = core
     out = [np.zeros((ticks, batch, w.shape[1])) for w in net.weights]
     prev = [inputs[0] * 0.0] + [np.zeros((batch, w.shape[1])) for w in net.weights[:-1]]
     events = partial = expected = 0
     core_seconds = 0.0
+    tick_core: list[float] = []
+    tick_wall: list[float] = []
     start = time.perf_counter()
     try:
         for t in range(ticks):
@@ -217,7 +223,8 @@ def chip_run(chip: Chip, inputs: np.ndarray, workers: int = 1) -> RunResult:
                 replies = [c.recv() for c in conns]
             else:
                 replies = [_step_groups(chip.groups, local_state, prev, device, theta)]
-            core_seconds += time.perf_counter() - t0
+            tick_core.append(time.perf_counter() - t0)
+            core_seconds += tick_core[-1]
             for owned, (spikes, ev) in zip(owners, replies):
                 events += ev
                 for gi, s in zip(owned, spikes):
@@ -239,6 +246,7 @@ def chip_run(chip: Chip, inputs: np.ndarray, workers: int = 1) -> RunResult:
                     for src in np.flatnonzero(per_source):
                         traffic.add(int(src), cores, int(per_source[src]))
             prev = [inputs[t]] + [out[layer][t] for layer in range(n_layers - 1)]
+            tick_wall.append(time.perf_counter() - t0)
         wall = time.perf_counter() - start  # before the workers are shut down
     finally:
         for c in conns:
@@ -261,5 +269,7 @@ def chip_run(chip: Chip, inputs: np.ndarray, workers: int = 1) -> RunResult:
         max_link_load=max(loads.values(), default=0),
         core_seconds=core_seconds,
         wall_seconds=wall,
+        tick_core_seconds=tuple(tick_core),
+        tick_wall_seconds=tuple(tick_wall),
         traffic=traffic,
     )

@@ -10,6 +10,7 @@ setting, at the default deadline.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import matplotlib.pyplot as plt
@@ -148,10 +149,10 @@ def run_job(job: FuzzyJob) -> FuzzyResult:
     test, val = TEST_OFFSET + job.seed, VALIDATION_OFFSET + job.seed
     for name, controller in controllers.items():
         tag = name.replace(", theta=", "_theta").replace(", per-device tables", "_perdevice").replace(" ", "")
-        done = checkpointed_q_agents(
-            job.checkpoint_dir, f"{tag}_delta{sc.delta_s:g}_seed{job.seed}.npy", prm.reuse_checkpoints, qconfig,
-            lambda controller=controller, name=name: train_q_agents(sc, prm.episodes, job.seed, qconfig,
-                                                                    reward_fn=shaped_reward(controller), desc=name))
+        train = functools.partial(train_q_agents, sc, prm.episodes, job.seed, qconfig,
+                                  reward_fn=shaped_reward(controller), desc=name)
+        done = checkpointed_q_agents(job.checkpoint_dir, f"{tag}_delta{sc.delta_s:g}_seed{job.seed}.npy",
+                                     prm.reuse_checkpoints, qconfig, train)
         outcomes[name] = evaluate(sc, test, greedy_q(done.agent))
         if isinstance(controller, ConstantTheta):
             validation[name] = evaluate(sc, val, greedy_q(done.agent))

@@ -31,6 +31,7 @@ AGENTS = ("DQN (guided)", "DQN (uniform)")
 GREEDY, LEAST, RANDOM = "greedy", "least-loaded", "random"
 FIXED = ("all-V2I", "all-V2C", "all-V2I+I2C")
 BASELINES = (GREEDY, LEAST, *FIXED, RANDOM)
+OffloadPolicy = FixedPath | GreedyLatency | LeastLoaded | RandomAllowed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +169,10 @@ def evaluate(cfg: V2XConfig, seed: int, act: Callable[[np.ndarray, dict[str, Any
     )
 
 
+def _with_rng(policy: OffloadPolicy, rng: np.random.Generator, obs: np.ndarray, info: dict[str, Any]) -> int:
+    return int(policy.act(obs, info, rng))
+
+
 def run_job(job: V2XJob) -> V2XResult:
     """Train (for an agent) and evaluate one job."""
     torch.set_num_threads(1)
@@ -175,7 +180,7 @@ def run_job(job: V2XJob) -> V2XResult:
     test = HELD_OUT + job.seed
     if job.agent == "baselines":
         rng = np.random.default_rng([job.seed, 3])
-        policies = {
+        policies: dict[str, OffloadPolicy] = {
             GREEDY: GreedyLatency(),
             LEAST: LeastLoaded(),
             "all-V2I": FixedPath(path=V2I),
@@ -184,7 +189,8 @@ def run_job(job: V2XJob) -> V2XResult:
             RANDOM: RandomAllowed(),
         }
         evals = tuple(
-            evaluate(scenario(job.base, load, prm.eval_horizon_s), test, lambda o, i, p=pol: p.act(o, i, rng), name, load)
+            evaluate(scenario(job.base, load, prm.eval_horizon_s), test, functools.partial(_with_rng, pol, rng), name,
+                     load)
             for load in prm.loads
             for name, pol in policies.items()
         )
