@@ -183,11 +183,13 @@ def _train(job: DPJob, run: _Run, mode: str) -> DPTiming:
 def dp_rank(ctx: RankContext, job: DPJob) -> list[DPTiming]:
     """The rank program: per seed, both modes from the same weights on the same batches (launch with ``launch``).
 
-    Returns the timings seed by seed, in the order of :data:`DP_MODES` within a seed.
+    Returns the timings seed by seed; within a seed the modes run in an order rotated by the seed's position,
+    so that neither always runs first on a warming machine.
     """
     torch.set_num_threads(1)
     out = []
-    for model, policy, seed in zip(job.models, job.policies, job.seeds):
+    for i, (model, policy, seed) in enumerate(zip(job.models, job.policies, job.seeds)):
         run = _Run(model=model, policy=policy, seed=seed, batches=_batches(job, seed, ctx.rank))
-        out += [_train(job, run, mode) for mode in DP_MODES]
+        k = i % len(DP_MODES)
+        out += [_train(job, run, mode) for mode in DP_MODES[k:] + DP_MODES[:k]]
     return out

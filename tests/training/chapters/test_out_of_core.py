@@ -76,3 +76,12 @@ def test_the_sweeps_cover_both_constants_at_the_others_claim_value():
     p = _params(capacity_fractions=(0.3, 0.5, 0.8), bandwidth_ratios=(0.5, 1.0))
     em = driver.emulations(p)
     assert {(e.bandwidth_ratio, e.capacity_fraction) for e in em} == {(0.5, 0.5), (1.0, 0.5), (1.0, 0.3), (1.0, 0.8)}
+
+
+def test_gains_read_in_words_where_a_number_would_mislead():
+    assert driver.gain_text(1.234) == "1.23×"
+    assert "no plan fits" in driver.gain_text(float("nan"))
+    assert "only the hybrid fits" in driver.gain_text(float("inf"))
+    res = _results(0.0)
+    fit = driver.tightest_fit(res)
+    assert fit is not None and fit[0] in res.params.capacity_fractions

@@ -409,6 +409,22 @@ def mean_speedup(results: Results, baselines: tuple[str, ...] = SINGLE, ratio: f
     return float(np.nanmean([speedup_over(c, baselines) for c in _comparisons(results, ratio, capacity)]))
 
 
+def gain_text(gain: float) -> str:
+    """A speed-up in words: ``1.23x``, or what an infinite (only the hybrid fits) or missing value means."""
+    if np.isnan(gain):
+        return "nothing (no plan fits)"
+    return f"{gain:.2f}×" if np.isfinite(gain) else "without bound (only the hybrid fits)"
+
+
+def tightest_fit(results: Results) -> tuple[float, float] | None:
+    """The smallest swept device memory at which the hybrid fits some model, with its mean speed-up there."""
+    for capacity in sorted(results.params.capacity_fractions):
+        fits = [c for c in _comparisons(results, capacity=capacity) if np.isfinite(c.times[HYBRID])]
+        if fits:
+            return capacity, float(np.mean([hybrid_speedup(c) for c in fits]))
+    return None
+
+
 def best_single(results: Results, ratio: float) -> str:
     """Which single technique is faster more often over models and seeds at ``ratio`` (the claims' capacity)."""
     wins = [min(SINGLE, key=lambda m: c.times[m]) for c in _comparisons(results, ratio)]
