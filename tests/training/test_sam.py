@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from repro.training.layertable import flops_by_child, layer_table
-from repro.training.sam import LayerSelector, layer_blocks, sam_step, second_pass_fraction, select_layers
+from repro.training.sam import LayerSelector, SamConfig, layer_blocks, sam_step, second_pass_fraction, select_layers
 
 
 def _net() -> nn.Sequential:
@@ -53,11 +53,12 @@ def _params(model):
     return [p.detach().clone() for p in model.parameters()] + [b.clone() for b in model.buffers()]
 
 
-def _run(selector, rho, truncated=True, steps=3):
+def _run(selector, rho, truncated=True, steps=3, alpha=1.0, plain_unselected=False):
     model = _net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     x, y = _batch()
-    recs = [sam_step(model, nn.functional.cross_entropy, x, y, opt, rho, selector, truncated) for _ in range(steps)]
+    cfg = SamConfig(rho=rho, alpha=alpha, truncated=truncated, plain_unselected=plain_unselected)
+    recs = [sam_step(model, nn.functional.cross_entropy, x, y, opt, cfg, selector) for _ in range(steps)]
     return model, recs
 
 
@@ -110,7 +111,7 @@ def test_weights_restored_before_the_step():
     before = _params(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # no move: the parameters must come back to w exactly
     x, y = _batch()
-    sam_step(model, nn.functional.cross_entropy, x, y, opt, 0.5, LayerSelector("all", 9, 1))
+    sam_step(model, nn.functional.cross_entropy, x, y, opt, SamConfig(rho=0.5), LayerSelector("all", 9, 1))
     after = [p.detach() for p in model.parameters()]
     for a, b in zip(before, after):
         assert torch.equal(a, b)
@@ -141,3 +142,63 @@ def test_layer_table_flops_and_second_pass_fraction():
     assert per_block[2] == 0 and sum(per_block) == sum(r.flops for r in table)
     assert second_pass_fraction(0, per_block) == 1.0
     assert 0 < second_pass_fraction(3, per_block) < second_pass_fraction(1, per_block) < 1
+
+
+def _reference_gnp(model, x, y, opt, rho, alpha, layers_to_perturb):
+    """The summarised layer-wise rule, written independently.
+
+    Selected blocks step with (1 - alpha) g(w) + alpha g(w + eps), every other block with g(w).
+    """
+    loss = nn.functional.cross_entropy
+    opt.zero_grad()
+    loss(model(x), y).backward()
+    first = {p: p.grad.detach().clone() for p in model.parameters()}
+    params = [p for i in layers_to_perturb for p in model[i].parameters()]
+    norm = torch.sqrt(sum((first[p] ** 2).sum() for p in params))
+    w0 = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p in params:
+            p.add_(rho * first[p] / norm)
+    bn = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    stats = [(m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone()) for m in bn]
+    opt.zero_grad()
+    loss(model(x), y).backward()
+    with torch.no_grad():
+        for p, w in zip(params, w0):
+            p.copy_(w)
+        for m, (mu, var, count) in zip(bn, stats):
+            m.running_mean.copy_(mu)
+            m.running_var.copy_(var)
+            m.num_batches_tracked.copy_(count)
+        chosen = {id(p) for p in params}
+        for p in model.parameters():
+            p.grad = (1 - alpha) * first[p] + alpha * p.grad if id(p) in chosen else first[p]
+    opt.step()
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_unselected_layers_step_with_their_plain_gradient(alpha):
+    """Selecting layers 0 and 3 (blocks 0 and 4): blocks 1 and 3 in between keep g(w).
+
+    The selected ones get the interpolation; the earlier rule gave blocks 1 and 3 the perturbed gradient too.
+    """
+    pick = lambda norms: (0, 3)  # noqa: E731
+    ours, _ = _run(pick, 0.1, steps=3, alpha=alpha, plain_unselected=True)
+    ref = _net()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    x, y = _batch()
+    for _ in range(3):
+        _reference_gnp(ref, x, y, opt, 0.1, alpha, [0, 4])
+    for a, b in zip(_params(ours), _params(ref)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+    old_rule, _ = _run(pick, 0.1, steps=1, alpha=alpha, plain_unselected=False)
+    new_rule, _ = _run(pick, 0.1, steps=1, alpha=alpha, plain_unselected=True)
+    assert not torch.allclose(old_rule[1][0].weight, new_rule[1][0].weight)
+
+
+def test_alpha_zero_is_sgd_whatever_the_selection():
+    sgd, _ = _run(None, 0.0)
+    for rule in ("all", "top"):
+        gnp, _ = _run(LayerSelector(rule, 2, 1), 0.3, alpha=0.0, plain_unselected=True)
+        for a, b in zip(_params(sgd), _params(gnp)):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

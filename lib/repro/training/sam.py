@@ -1,21 +1,26 @@
-"""Sharpness-aware minimisation (SAM) with per-layer perturbation masks and a truncated second pass.
+"""Sharpness-aware minimisation (SAM) and gradient-norm penalising with per-layer masks and a truncated second pass.
 
 The model is an ``nn.Sequential`` of blocks; a block that owns parameters is a
-*layer* in the sense of the layer-wise method.  One step of
-:func:`sam_step`:
+*layer* in the sense of the layer-wise method.  One step of :func:`sam_step`:
 
 1. forward and backward at ``w`` (the ordinary SGD pass), caching each block's input;
-   the gradient ``g`` and the per-layer norms ``||g_l||`` are recorded;
+   the gradient ``g(w)`` and the per-layer norms ``||g_l||`` are recorded;
 2. perturb the selected layers ``S`` only: ``eps_l = rho * g_l / ||g_S||`` for ``l`` in ``S``,
    ``eps_l = 0`` elsewhere (``S`` = every layer is Foret et al.'s SAM);
 3. second forward and backward at ``w + eps``.  With ``truncated=True`` it starts from the cached
    input of the most input-side selected block ``j`` (blocks below ``j`` are unperturbed, so their
-   activations are unchanged) and stops there, so the layers below ``j`` keep the first-pass gradient;
+   activations are unchanged) and stops there, so the layers below ``j`` keep ``g(w)``;
    batch-norm running statistics are frozen during this pass;
-4. restore ``w`` exactly and let the base optimiser step with the second-pass gradient.
+4. the update direction of a selected layer is the gradient-norm-penalty interpolation
+   ``(1 - alpha) g(w) + alpha g(w + eps)`` (Zhao et al.'s GNP; ``alpha = 1`` is SAM's ``g(w + eps)``);
+   an unselected layer keeps its plain gradient ``g(w)`` (``plain_unselected``) or, as in SAM
+   restricted to ``S``, takes the same interpolation where the second pass reached it;
+5. restore ``w`` exactly and let the base optimiser step.
 
-The selection rules (:func:`select_layers`) and the truncated pass are our reconstruction of
-the layer-wise gradient-norm-penalising method (Lee, KDD 2024) from its abstract and summaries.
+The selection rules (:func:`select_layers`) and the truncated pass are our reconstruction of the
+layer-wise gradient-norm-penalising method (Lee, KDD 2024) from its abstract and third-party summaries;
+the paper's text was not reachable.  One summary gives step 4 (the interpolation for the selected layers
+and the plain gradient for the others); :class:`SamConfig` keeps both readings.
 """
 
 from __future__ import annotations
@@ -29,6 +34,30 @@ import torch
 from torch import nn
 
 RULES = ("top", "random", "input", "all")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamConfig:
+    """How a (layer-wise) SAM step perturbs and combines gradients.
+
+    Attributes
+    ----------
+    rho
+        Perturbation radius.
+    alpha
+        Weight of the perturbed gradient in the selected layers' update, ``(1 - alpha) g(w) + alpha g(w + eps)``
+        (1: SAM).
+    truncated
+        Start the second pass at the most input-side selected block instead of the input.
+    plain_unselected
+        Unselected layers step with ``g(w)``; ``False`` gives them the selected layers' interpolation where the
+        second pass reached them (SAM restricted to the selected layers).
+    """
+
+    rho: float
+    alpha: float = 1.0
+    truncated: bool = True
+    plain_unselected: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,8 +180,8 @@ def _grad_norm(params: Sequence[torch.Tensor]) -> float:
 
 
 def sam_step(model: nn.Sequential, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-             x: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Optimizer, rho: float,
-             selector: Callable[[tuple[float, ...]], Sequence[int]] | None, truncated: bool = True) -> StepRecord:
+             x: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Optimizer, config: SamConfig,
+             selector: Callable[[tuple[float, ...]], Sequence[int]] | None) -> StepRecord:
     """One (layer-wise) SAM step; ``selector=None`` is a plain SGD step (no second pass).
 
     Parameters
@@ -165,13 +194,11 @@ def sam_step(model: nn.Sequential, loss_fn: Callable[[torch.Tensor, torch.Tensor
         The mini-batch.
     optimizer
         The base optimiser over ``model.parameters()``.
-    rho
-        Perturbation radius.
+    config
+        Radius, interpolation, truncation and the unselected layers' gradient.
     selector
         Called with the first pass's per-layer gradient norms, returns the layer indices to perturb
         (e.g. a :class:`LayerSelector`); ``None`` for SGD.
-    truncated
-        Start the second pass at the most input-side selected block instead of the input.
 
     Returns
     -------
@@ -193,17 +220,11 @@ def sam_step(model: nn.Sequential, loss_fn: Callable[[torch.Tensor, torch.Tensor
     total = float(np.sqrt(sum(n * n for n in norms)))
     if selector is None:
         optimizer.step()
-        return StepRecord(
-            loss=float(loss.detach()),
-            grad_norm=total,
-            layer_norms=norms,
-            selected=(),
-            first_block=len(blocks),
-            perturbation_norm=0.0,
-        )
+        return StepRecord(loss=float(loss.detach()), grad_norm=total, layer_norms=norms, selected=(),
+                          first_block=len(blocks), perturbation_norm=0.0)
     selected = tuple(sorted(selector(norms)))
     norm_s = float(np.sqrt(sum(norms[i] ** 2 for i in selected)))
-    scale = rho / norm_s if norm_s > 0 else 0.0
+    scale = config.rho / norm_s if norm_s > 0 else 0.0
     saved: dict[torch.Tensor, torch.Tensor] = {}
     applied = 0.0
     with torch.no_grad():
@@ -215,9 +236,12 @@ def sam_step(model: nn.Sequential, loss_fn: Callable[[torch.Tensor, torch.Tensor
                 eps = p.grad * scale
                 applied += float(eps.pow(2).sum())
                 p.add_(eps)
-    start = layers[selected[0]] if (truncated and selected) else 0
+    start = layers[selected[0]] if (config.truncated and selected) else 0
+    chosen = {id(p) for i in selected for p in layer_params[i]}
+    first: dict[torch.Tensor, torch.Tensor | None] = {}
     for b in blocks[start:]:
         for p in b.parameters():
+            first[p] = None if p.grad is None else p.grad.detach().clone()
             p.grad = None
     with frozen_batchnorm_stats(model):
         out = inputs[start].detach() if start > 0 else x
@@ -227,15 +251,16 @@ def sam_step(model: nn.Sequential, loss_fn: Callable[[torch.Tensor, torch.Tensor
     with torch.no_grad():
         for p, w in saved.items():
             p.copy_(w)
+        for p, g1 in first.items():
+            if g1 is None or p.grad is None:
+                continue
+            if id(p) not in chosen and config.plain_unselected:
+                p.grad.copy_(g1)
+            elif config.alpha != 1.0:
+                p.grad.mul_(config.alpha).add_(g1, alpha=1.0 - config.alpha)
     optimizer.step()
-    return StepRecord(
-        loss=float(loss.detach()),
-        grad_norm=total,
-        layer_norms=norms,
-        selected=selected,
-        first_block=start,
-        perturbation_norm=applied**0.5,
-    )
+    return StepRecord(loss=float(loss.detach()), grad_norm=total, layer_norms=norms, selected=selected,
+                      first_block=start, perturbation_norm=applied**0.5)
 
 
 def second_pass_fraction(first_block: int, block_flops: Sequence[float]) -> float:

@@ -26,11 +26,51 @@ from torch import nn
 from repro.datasets import load_digits
 from repro.devices import resolve_device, synchronize
 from repro.parallel import parallel_map
+from repro.params import ChapterParams, require
+from repro.results import Evidence
 from repro.training.layertable import flops_by_child
-from repro.training.sam import LayerSelector, layer_blocks, sam_step, second_pass_fraction
+from repro.training.sam import LayerSelector, SamConfig, layer_blocks, sam_step, second_pass_fraction
 
-DIGITS_TEST = 597 / 1797  # the spec's 1200 / 597 split
+DIGITS_TRAIN = 1200
+"""Training images (the spec's 1200 / 597 split of the 1797 digits)."""
+DIGITS_TEST = (1797 - DIGITS_TRAIN) / 1797
 LAYER_NAMES = ("conv1", "conv2", "conv3", "fc1", "fc2")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each)."""
+
+    label_noise: float
+    widths: tuple[int, ...]
+    hidden: int
+    epochs: int
+    batch_size: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    rho: float
+    penalty_alpha: float
+    plain_unselected: bool
+    ks: tuple[int, ...]
+    claim_k: int
+    last_epochs: int
+    seeds: tuple[int, ...]
+    workers: int
+    device: str
+
+    def checks(self) -> None:
+        """Refuse impossible combinations before any work starts."""
+        require(self.claim_k in self.ks, self, ("claim_k", "ks"), "claim_k must be one of ks")
+        require(len(self.widths) == 3, self, "widths", "widths gives the three conv blocks' channels")
+        require(self.last_epochs <= self.epochs, self, ("last_epochs", "epochs"), "last_epochs must not exceed epochs")
+        require(max(self.ks) < len(LAYER_NAMES), self, "ks",
+                f"a layer-wise run perturbs fewer than all {len(LAYER_NAMES)} layers (all of them is SAM)")
+
+    @property
+    def sam(self) -> SamConfig:
+        """The perturbation and update rule of every SAM-type run."""
+        return SamConfig(rho=self.rho, alpha=self.penalty_alpha, plain_unselected=self.plain_unselected)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,28 +94,12 @@ def methods(ks: list[int], control_k: int) -> list[Method]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class GnpSetup:
-    """Data, model and optimiser of every run."""
-
-    label_noise: float
-    widths: tuple[int, int, int]
-    hidden: int
-    epochs: int
-    batch_size: int
-    lr: float
-    momentum: float
-    weight_decay: float
-    rho: float
-
-
-@dataclass(frozen=True, kw_only=True)
 class RunJob:
-    """One method on one seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
+    """One method on one seed."""
 
-    setup: GnpSetup
+    params: Params
     method: Method
     seed: int
-    device: str = "cpu"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,7 +132,7 @@ class RunResult:
     seconds: float
 
 
-def cnn(widths: tuple[int, int, int], hidden: int, num_classes: int = 10) -> nn.Sequential:
+def cnn(widths: tuple[int, ...], hidden: int, num_classes: int = 10) -> nn.Sequential:
     """Three 3x3 conv-BN-ReLU blocks (no padding), global average pooling, two linear layers: 6 layers."""
     c1, c2, c3 = widths
     conv = lambda i, o: nn.Sequential(nn.Conv2d(i, o, 3), nn.BatchNorm2d(o), nn.ReLU())  # noqa: E731
@@ -142,12 +166,12 @@ def noisy_digits(noise: float, seed: int) -> tuple[torch.Tensor, torch.Tensor, t
 def train_run(job: RunJob) -> RunResult:
     """Train one method on one seed (one thread) and return its curves."""
     torch.set_num_threads(1)
-    s, m = job.setup, job.method
+    s, m = job.params, job.method
     x, y, xt, yt, _ = noisy_digits(s.label_noise, job.seed)
     torch.manual_seed(job.seed)
     model = cnn(s.widths, s.hidden)
     block_flops = flops_by_child(model, x[:1])
-    dev = resolve_device(job.device)
+    dev = resolve_device(s.device)
     model.to(dev)
     x, y, xt, yt = x.to(dev), y.to(dev), xt.to(dev), yt.to(dev)
     steps_per_epoch = int(np.ceil(len(x) / s.batch_size))
@@ -165,7 +189,7 @@ def train_run(job: RunJob) -> RunResult:
         norms = []
         for idx in torch.randperm(len(x), generator=gen).split(s.batch_size):
             idx = idx.to(dev)
-            rec = sam_step(model, loss_fn, x[idx], y[idx], opt, s.rho, selector)
+            rec = sam_step(model, loss_fn, x[idx], y[idx], opt, s.sam, selector)
             sched.step()
             norms.append(rec.grad_norm)
             passes.append(second_pass_fraction(rec.first_block, block_flops) if selector else 0.0)
@@ -188,13 +212,53 @@ def train_run(job: RunJob) -> RunResult:
     )
 
 
-def sweep(setup: GnpSetup, chosen: list[Method], seeds: list[int], workers: int = 1, device: str = "cpu") -> list[RunResult]:
-    """Every method on every seed, trained on ``device`` (``cpu``, ``cuda`` or ``auto``)."""
-    jobs = [RunJob(setup=setup, method=m, seed=s, device=device) for s in seeds for m in chosen]
-    return parallel_map(train_run, jobs, workers=workers, desc="layerwise-gnp runs")
+def sweep(params: Params, chosen: list[Method]) -> list[RunResult]:
+    """Every method on every seed, trained on ``params.device``."""
+    jobs = [RunJob(params=params, method=m, seed=s) for s in params.seeds for m in chosen]
+    return parallel_map(train_run, jobs, workers=params.workers, desc="layerwise-gnp runs")
 
 
-def _by(runs: list[RunResult], method: str) -> dict[int, RunResult]:
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
+
+    Attributes
+    ----------
+    params
+        The parameters it ran with.
+    runs
+        Every method on every seed.
+    noise
+        The realised share of flipped training labels, per seed.
+    chance
+        The majority class's share of the (clean) test labels, percent, largest over the seeds.
+    """
+
+    params: Params
+    runs: tuple[RunResult, ...]
+    noise: dict[int, float]
+    chance: float
+
+    @property
+    def layerwise(self) -> str:
+        """The name of the layer-wise run the claims judge (top ``claim_k``)."""
+        return f"layer-wise k={self.params.claim_k}"
+
+    @property
+    def random_control(self) -> str:
+        """The name of the random control at ``claim_k``."""
+        return f"random k={self.params.claim_k}"
+
+
+def run(params: Params) -> Results:
+    """SGD, SAM, layer-wise SAM for every k and the two controls, on every seed."""
+    runs = sweep(params, methods(list(params.ks), params.claim_k))
+    data = {s: noisy_digits(params.label_noise, s) for s in params.seeds}
+    chance = max(100.0 * float(np.bincount(d[3].numpy()).max()) / len(d[3]) for d in data.values())
+    return Results(params=params, runs=tuple(runs), noise={s: d[4] for s, d in data.items()}, chance=chance)
+
+
+def _by(runs: list[RunResult] | tuple[RunResult, ...], method: str) -> dict[int, RunResult]:
     return {r.seed: r for r in runs if r.method == method}
 
 
@@ -209,8 +273,9 @@ def late_grad_norm(run: RunResult) -> float:
     return float(np.mean(run.grad_norm[-q:]))
 
 
-def summary(runs: list[RunResult], last: int) -> pd.DataFrame:
+def summary(results: Results) -> pd.DataFrame:
     """Per method: accuracy, late gradient norm, second-pass compute and wall time (mean and sd over seeds)."""
+    runs, last = results.runs, results.params.last_epochs
     rows = []
     for name in dict.fromkeys(r.method for r in runs):
         rs = list(_by(runs, name).values())
@@ -228,26 +293,36 @@ def summary(runs: list[RunResult], last: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def claims(runs: list[RunResult], layerwise: str, random_control: str, last: int) -> dict[str, list[float]]:
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
     """Per-seed values of the chapter's claims (see the registry entry for their metrics)."""
-    sgd, sam, lw, rnd = (_by(runs, n) for n in ("SGD", "SAM", layerwise, random_control))
+    last = results.params.last_epochs
+    sgd, sam, lw, rnd = (_by(results.runs, n) for n in ("SGD", "SAM", results.layerwise, results.random_control))
     seeds = sorted(sgd)
-    acc = lambda d, s: final_accuracy(d[s], last)  # noqa: E731
+
+    def acc(d: dict[int, RunResult]) -> list[float]:
+        return [final_accuracy(d[s], last) for s in seeds]
+
+    def gap(a: tuple[str, dict[int, RunResult]], b: tuple[str, dict[int, RunResult]]) -> Evidence:
+        xa, xb = acc(a[1]), acc(b[1])
+        return Evidence(values=[p - q for p, q in zip(xa, xb)], arms={a[0]: xa, b[0]: xb}, trivial=results.chance)
+
     g = lambda d, s: late_grad_norm(d[s])  # noqa: E731
 
     def share(s: int) -> float:  # part of SAM's gradient-norm reduction that the layer-wise method achieves, percent
-        gap = g(sgd, s) - g(sam, s)
-        return 100.0 * (g(sgd, s) - g(lw, s)) / gap if gap != 0 else 0.0
+        gap_ = g(sgd, s) - g(sam, s)
+        return 100.0 * (g(sgd, s) - g(lw, s)) / gap_ if gap_ != 0 else 0.0
 
     def time_share(s: int) -> float:  # where the layer-wise wall time lies between SGD (0) and SAM (100)
-        gap = sam[s].seconds - sgd[s].seconds
-        return 100.0 * (lw[s].seconds - sgd[s].seconds) / gap if gap > 0 else 100.0
+        gap_ = sam[s].seconds - sgd[s].seconds
+        return 100.0 * (lw[s].seconds - sgd[s].seconds) / gap_ if gap_ > 0 else 100.0
 
+    named = {"SGD": sgd, "SAM": sam, results.layerwise: lw, results.random_control: rnd}
+    arm = lambda name: (name, named[name])  # noqa: E731
     return {
-        "sam_beats_sgd": [acc(sam, s) - acc(sgd, s) for s in seeds],
-        "layerwise_beats_sgd": [acc(lw, s) - acc(sgd, s) for s in seeds],
-        "layerwise_near_sam": [acc(sam, s) - acc(lw, s) for s in seeds],
-        "top_beats_random": [acc(lw, s) - acc(rnd, s) for s in seeds],
+        "sam_beats_sgd": gap(arm("SAM"), arm("SGD")),
+        "layerwise_beats_sgd": gap(arm(results.layerwise), arm("SGD")),
+        "layerwise_near_sam": gap(arm("SAM"), arm(results.layerwise)),
+        "top_beats_random": gap(arm(results.layerwise), arm(results.random_control)),
         "sam_suppresses_gradnorm": [100.0 * (g(sgd, s) - g(sam, s)) / g(sgd, s) for s in seeds],
         "layerwise_suppresses_gradnorm": [share(s) for s in seeds],
         "second_pass_compute": [100.0 * lw[s].second_pass for s in seeds],
@@ -255,8 +330,9 @@ def claims(runs: list[RunResult], layerwise: str, random_control: str, last: int
     }
 
 
-def curves_figure(runs: list[RunResult]) -> plt.Figure:
+def curves_figure(results: Results) -> plt.Figure:
     """Whole-model gradient norm and test accuracy per epoch, per method (mean over seeds)."""
+    runs = results.runs
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for i, name in enumerate(dict.fromkeys(r.method for r in runs)):
         rs = list(_by(runs, name).values())
@@ -273,8 +349,9 @@ def curves_figure(runs: list[RunResult]) -> plt.Figure:
     return fig
 
 
-def cost_figure(runs: list[RunResult], last: int) -> plt.Figure:
+def cost_figure(results: Results) -> plt.Figure:
     """Accuracy against second-pass compute: the accuracy/cost trade-off of every method (dots: seeds)."""
+    runs, last = results.runs, results.params.last_epochs
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for i, name in enumerate(dict.fromkeys(r.method for r in runs)):
         rs = list(_by(runs, name).values())
@@ -289,8 +366,8 @@ def cost_figure(runs: list[RunResult], last: int) -> plt.Figure:
     return fig
 
 
-def selection_table(runs: list[RunResult], method: str) -> pd.DataFrame:
-    """How often each layer was perturbed by ``method``, percent of steps, mean over seeds."""
-    rs = list(_by(runs, method).values())
+def selection_table(results: Results) -> pd.DataFrame:
+    """How often each layer was perturbed by the claimed layer-wise run, percent of steps, mean over seeds."""
+    rs = list(_by(results.runs, results.layerwise).values())
     share = np.mean([np.asarray(r.selected_counts) / r.steps for r in rs], axis=0)
     return pd.DataFrame({"layer": LAYER_NAMES, "perturbed (% of steps)": 100 * share})
