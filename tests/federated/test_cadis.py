@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 import torch
@@ -12,16 +10,21 @@ from sklearn.metrics import adjusted_rand_score
 from repro.federated.cadis import (
     CADIS,
     ClusterEqualWeights,
-    cluster_by_similarity,
+    ClusterRule,
+    classifier_layer,
     cluster_equal_weights,
-    cosine_similarity_matrix,
-    kd_sgd,
-    last_layer_features,
+    cluster_labels,
+    cluster_matrix,
+    grown_threshold,
+    impact_factors,
     make_kd_client_app,
+    pairwise_cosine,
+    relational_kd,
+    representation,
+    scaled_mean_similarity,
 )
-from repro.federated.client import LocalSettings, LocalSGD, local_sgd, make_client_app
+from repro.federated.client import LocalSettings, LocalSGD, make_client_app
 from repro.federated.engine import central_evaluator, initial_arrays, run_federated, snapshot
-from repro.federated.kd import kd_loss
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model, client_data
 from repro.federated.weighting import FlowerPolicyFedAvg
@@ -37,32 +40,53 @@ def _run(strategy, spec, app, rounds=3):
                          central_evaluator(spec), [rounds])
 
 
-def test_similarity_is_symmetric_with_unit_diagonal_even_for_zero_updates():
+def test_similarity_is_the_plain_cosine_of_the_flattened_updates():
     rng = np.random.default_rng(0)
     ups = [rng.normal(size=(4, 6)) for _ in range(5)] + [np.zeros((4, 6))]
-    s = cosine_similarity_matrix(last_layer_features(ups))
+    s = pairwise_cosine(ups)
     assert np.array_equal(s, s.T) and np.array_equal(np.diag(s), np.ones(6))
     assert np.all(np.isfinite(s)) and np.all(np.abs(s) <= 1.0)
     assert s[5, :5].tolist() == [0.0] * 5
-    # row normalisation: scaling one class row of one client changes nothing
+    a, b = ups[0].ravel(), ups[1].ravel()
+    assert s[0, 1] == pytest.approx(a @ b / np.linalg.norm(a) / np.linalg.norm(b), rel=1e-12)
+    # the authors' cosine is of the whole flattened update: scaling one class row changes it
     scaled = [u.copy() for u in ups]
     scaled[0][2] *= 50.0
-    np.testing.assert_allclose(cosine_similarity_matrix(last_layer_features(scaled)), s, atol=1e-12)
+    assert not np.allclose(pairwise_cosine(scaled)[0, 1:5], s[0, 1:5])
 
 
-def test_clustering_recovers_planted_groups_from_noisy_last_layer_updates():
-    rng = np.random.default_rng(1)
-    sizes = (7, 3, 2)
-    centres = [rng.normal(size=(10, 16)) for _ in sizes]
-    planted = np.repeat(np.arange(len(sizes)), sizes)
-    ups = [centres[g] + 0.4 * rng.normal(size=(10, 16)) for g in planted]
-    order = rng.permutation(len(ups))
-    labels = cluster_by_similarity(cosine_similarity_matrix(last_layer_features([ups[i] for i in order])), 0.5)
-    assert adjusted_rand_score(planted[order], labels) == 1.0
-    assert labels[0] == 0 and set(labels) == {0, 1, 2}
-    assert set(cluster_by_similarity(np.eye(4), 0.5)) == {0, 1, 2, 3}
+def test_scaling_thresholding_and_impact_factors_follow_the_authors_rule():
+    total = np.array([[2.0, 1.6, 0.2, 0.0], [1.6, 2.0, 0.4, 0.0], [0.2, 0.4, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
+    count = np.array([[2.0, 2.0, 1.0, 0.0], [2.0, 2.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
+    scaled = scaled_mean_similarity(total, count)
+    # means: 1 on the diagonal, 0.8 for (0, 1), 0.2 and 0.4 with client 2, client 3 never met the others
+    np.testing.assert_allclose(scaled[0, 1], (0.8 - 0.2) / (1.0 - 0.2))
+    assert scaled[0, 2] == 0.0 and scaled[0, 3] == 0.0 and scaled[3, 3] == 1.0
+    related = cluster_matrix(scaled, 0.7)
+    assert related.tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    np.testing.assert_allclose(impact_factors(related), [0.5, 0.5, 1.0, 1.0])
+    assert cluster_labels(related).tolist() == [0, 0, 1, 2]
+    # A^T A relates clients through a shared similar client (a chain 0 - 1 - 2 relates 0 and 2)
+    chain = np.array([[1.0, 0.9, 0.0], [0.9, 1.0, 0.9], [0.0, 0.9, 1.0]])
+    assert cluster_matrix(chain, 0.5)[0, 2] == 1
+    # the absolute value of the authors' scaling: a strongly negative mean maps high
+    neg = scaled_mean_similarity(np.array([[1.0, -0.99], [-0.99, 1.0]]), np.ones((2, 2)))
+    assert neg[0, 1] > 0.9
+    # equal positive means: every seen pair is 1 (the authors' code would divide by zero)
+    assert scaled_mean_similarity(np.eye(2), np.ones((2, 2))).tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_the_threshold_grows_as_the_authors_and_stops_at_the_cap():
+    thr = 0.975
+    seen = []
+    for t in range(1, 10):
+        thr = grown_threshold(thr, t)
+        seen.append(thr)
+    assert seen[0] == pytest.approx(0.975 * 1.0005)
+    assert seen[1] == pytest.approx(0.975 * 1.0005 * 1.0005**2)
+    assert max(seen) == 0.985 and seen == sorted(seen)
     with pytest.raises(ValueError, match="threshold"):
-        cluster_by_similarity(np.eye(3), 2.0)
+        ClusterRule(threshold=0.99)
 
 
 def test_cluster_equal_weights_give_each_cluster_an_equal_share():
@@ -90,35 +114,35 @@ def test_cluster_equal_aggregation_over_equal_clusters_is_fedavg():
         np.testing.assert_allclose(avg[k], eq[k], rtol=0, atol=1e-7)
 
 
-def test_kd_loss_gradient_matches_the_closed_form():
+def _authors_kl(teacher, student):
+    """The authors' KL_divergence (algorithm/cadis.py @df1a72f2), transcribed with its reshape trick."""
+    n = student.shape[0]
+    t, s = teacher.unsqueeze(1), student.unsqueeze(1)
+    sub_s = torch.norm(s - s.transpose(0, 1), dim=2).flatten()[1:].view(n - 1, n + 1)[:, :-1].reshape(n, n - 1)
+    sub_t = torch.norm(t - t.transpose(0, 1), dim=2).flatten()[1:].view(n - 1, n + 1)[:, :-1].reshape(n, n - 1)
+    ks = torch.exp(-1 / 2 * torch.pow(sub_s - sub_s.mean(), 2) / (torch.pow(sub_s.std(), 2) + 0.001))
+    kt = torch.exp(-1 / 2 * torch.pow(sub_t - sub_t.mean(), 2) / (torch.pow(sub_t.std(), 2) + 0.001))
+    ks, kt = ks / ks.sum(1, keepdim=True), kt / kt.sum(1, keepdim=True)
+    return torch.sum(kt * torch.log(kt / ks))
+
+
+def test_relational_kd_is_the_authors_kl_and_vanishes_on_equal_representations():
     torch.manual_seed(0)
-    s = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
-    t = torch.randn(4, 5, dtype=torch.float64)
-    T = 3.0
-    kd_loss(s, t, T).backward()
-    expected = T * (torch.softmax(s / T, 1) - torch.softmax(t / T, 1)) / 4
-    torch.testing.assert_close(s.grad, expected.detach())
-    assert torch.autograd.gradcheck(lambda x: kd_loss(x, t, T), (s.detach().clone().requires_grad_(),))
-    same = t.clone().requires_grad_()
-    kd_loss(same, t, T).backward()
-    assert same.grad.abs().max().item() < 1e-12
+    t = torch.randn(8, 5, dtype=torch.float64)
+    s = torch.randn(8, 5, dtype=torch.float64, requires_grad=True)
+    loss = relational_kd(t, s)
+    torch.testing.assert_close(loss, _authors_kl(t, s))
+    loss.backward()
+    assert s.grad is not None and s.grad.abs().sum() > 0
+    assert relational_kd(t, t.clone()).item() == pytest.approx(0.0, abs=1e-12)
+    assert relational_kd(t[:2], s[:2]).item() == 0.0  # too small a batch to standardise
 
 
-def test_kd_sgd_with_mu_zero_is_local_sgd_and_mu_keeps_the_student_near_the_teacher():
-    x, y = client_data(SKEW, 0)
-    a, b = build_model(SKEW, seed=3), build_model(SKEW, seed=3)
-    teacher = build_model(SKEW, seed=3)
-    kd_sgd(a, teacher, x, y, SETTINGS, mu=0.0, temperature=2.0)
-    local_sgd(b, x, y, SETTINGS)
-    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
-    c = build_model(SKEW, seed=3)
-    kd_sgd(c, teacher, x, y, SETTINGS, mu=5.0, temperature=2.0)
-    xt = torch.from_numpy(x)
-    with torch.no_grad():
-        plain, distilled = kd_loss(b(xt), teacher(xt), 2.0).item(), kd_loss(c(xt), teacher(xt), 2.0).item()
-    assert distilled < plain
-    with pytest.raises(ValueError, match="mu"):
-        kd_sgd(c, teacher, x, y, replace(SETTINGS, steps=1), mu=-1.0, temperature=2.0)
+def test_the_representation_is_the_classifiers_input():
+    model = build_model(SKEW, seed=0)
+    x = torch.from_numpy(client_data(SKEW, 0)[0][:4])
+    assert classifier_layer(model) is model.fc1
+    torch.testing.assert_close(representation(model, x), model.relu0(model.fc0(x)))
 
 
 def test_kd_client_with_mu_zero_trains_like_the_shared_client(same_weights):
@@ -127,14 +151,16 @@ def test_kd_client_with_mu_zero_trains_like_the_shared_client(same_weights):
     assert same_weights(snapshot(avg.final_arrays), snapshot(kd.final_arrays))
 
 
-def test_cadis_server_finds_the_planted_clusters_and_weighs_them_equally():
-    strat = CADIS(9, LOCAL, SKEW.num_clients, "fc1.weight", threshold=0.5, seed=0)
+def test_cadis_server_relates_the_planted_clusters_and_weighs_them_equally():
+    strat = CADIS(9, LOCAL, SKEW.num_clients, "fc1.weight", rule=ClusterRule(threshold=0.65, grow=False), seed=0)
     _run(strat, SKEW, make_kd_client_app(SKEW), rounds=4)
     planted = np.repeat([0, 1, 2], SKEW.cluster_sizes)
-    found = strat.remembered_clusters(list(range(9)))
-    assert adjusted_rand_score(planted, found) == 1.0
+    assert adjusted_rand_score(planted, strat.final_clusters()) == 1.0
     w = strat.weights_used[4]
     labels = strat.clusters_used[4]
     totals = [sum(w[p] for p in w if labels[p] == c) for c in set(labels.values())]
-    np.testing.assert_allclose(totals, 1 / 3)
-    assert sum(w.values()) == pytest.approx(1.0)
+    np.testing.assert_allclose(totals, 1 / 3)  # every client present: each group weighs a third
+    assert sum(w.values()) == pytest.approx(1.0) and strat.threshold == 0.65
+    grown = CADIS(9, LOCAL, SKEW.num_clients, "fc1.weight", rule=ClusterRule(threshold=0.5), seed=0)
+    _run(grown, SKEW, make_kd_client_app(SKEW), rounds=2)
+    assert grown.threshold == pytest.approx(grown_threshold(grown_threshold(0.5, 1), 2))

@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from flwr.app import MetricRecord
 
 from repro.federated.replies import ClientFailed, ordered_replies
 
@@ -14,7 +15,7 @@ from repro.federated.replies import ClientFailed, ordered_replies
 def _reply(node: int, partition: int, reason: str | None = None) -> SimpleNamespace:
     return SimpleNamespace(has_error=lambda: reason is not None, metadata=SimpleNamespace(src_node_id=node),
                            error=SimpleNamespace(reason=reason),
-                           content={"metrics": {"partition-id": partition}})
+                           content={"metrics": MetricRecord({"partition-id": partition})})
 
 
 def test_ordered_replies_sorts_by_partition_and_names_the_failed_node():

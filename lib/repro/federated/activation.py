@@ -34,6 +34,7 @@ from flwr.serverapp import Grid
 
 from repro.federated.arrays import from_arrayrecord
 from repro.federated.client import RunConfig, make_client_app
+from repro.federated.replies import metric, partition_of
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, client_data, work_model
 from repro.models import set_weights
@@ -70,7 +71,7 @@ def make_probing_client_app(spec: TaskSpec, run_config: RunConfig | None = None)
     return app
 
 
-def scaled_ranks(values: Sequence[float]) -> np.ndarray:
+def scaled_ranks(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """Ranks of ``values`` scaled to [0, 1] (0: smallest, 1: largest; ties share their mean rank)."""
     v = np.asarray(values, dtype=float)
     if len(v) == 1:
@@ -228,8 +229,7 @@ class ActivatedFedAvg(SeededFedAvg):
         for reply in grid.send_and_receive(msgs):
             if reply.has_error():
                 raise RuntimeError(f"probe failed on node {reply.metadata.src_node_id}: {reply.error.reason}")
-            m = reply.content["metrics"]
-            out[int(m["partition-id"])] = {"loss": float(m["loss"]), "grad-norm": float(m["grad-norm"])}
+            out[partition_of(reply)] = {"loss": metric(reply, "loss"), "grad-norm": metric(reply, "grad-norm")}
         self.probe_downloads += len(pids)
         return out
 

@@ -13,11 +13,17 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from io import BytesIO
+from typing import Union
 
 import numpy as np
 import numpy.lib.format as npy_format
-from flwr.app import Array, ArrayRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
 from flwr.common.constant import SType
+
+RecordValue = Union[Array, int, float, str, bytes, bool, list[int], list[float], list[str], list[bytes], list[bool]]
+"""What a Flower record's item may hold (an ``Array`` in an ``ArrayRecord``, a number or list in the others)."""
+AnyRecord = Union[ArrayRecord, MetricRecord, ConfigRecord]
+"""What indexing a ``RecordDict`` gives."""
 
 _NPY_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
 
@@ -53,8 +59,16 @@ def to_array(a: np.ndarray) -> Array:
     return Array(dtype=str(a.dtype), shape=shape, stype=SType.NUMPY, data=_npy_header(a.dtype, shape) + a.tobytes())
 
 
-def from_array(array: Array) -> np.ndarray:
-    """``array.numpy()``: a writable array, read straight behind the header when it is the one :func:`to_array` writes."""
+def from_array(array: Array | RecordValue) -> np.ndarray:
+    """``array.numpy()``: a writable array, read straight behind the header when it is the one :func:`to_array` writes.
+
+    Raises
+    ------
+    TypeError
+        If ``array`` is not an ``Array`` (a number or list read from a metric or config record).
+    """
+    if not isinstance(array, Array):
+        raise TypeError(f"expected a Flower Array, got {type(array).__name__}")
     if array.stype == SType.NUMPY:
         dtype, shape = np.dtype(array.dtype), tuple(array.shape)
         if _plain(dtype):
@@ -76,9 +90,22 @@ def to_arrayrecord(weights: dict[str, np.ndarray]) -> ArrayRecord:
     return record
 
 
-def from_arrayrecord(record: ArrayRecord) -> dict[str, np.ndarray]:
-    """A Flower ``ArrayRecord`` to numpy weights."""
-    return {k: from_array(v) for k, v in record.items()}
+def from_arrayrecord(record: AnyRecord) -> dict[str, np.ndarray]:
+    """A Flower ``ArrayRecord`` to numpy weights.
+
+    Raises
+    ------
+    TypeError
+        If ``record`` is a metric or config record (``message.content[key]`` may be any of the three).
+    """
+    return {k: from_array(v) for k, v in arrayrecord(record).items()}
+
+
+def arrayrecord(record: AnyRecord) -> ArrayRecord:
+    """``record`` itself, checked to be an ``ArrayRecord`` (what ``message.content["arrays"]`` should hold)."""
+    if not isinstance(record, ArrayRecord):
+        raise TypeError(f"expected an ArrayRecord, got {type(record).__name__}")
+    return record
 
 
 _BROADCASTS: OrderedDict[int, tuple[ArrayRecord, dict[str, np.ndarray]]] = OrderedDict()
@@ -86,7 +113,7 @@ BROADCAST_CACHE = 4
 """How many received ``ArrayRecord`` objects :func:`decode_broadcast` keeps decoded."""
 
 
-def decode_broadcast(record: ArrayRecord) -> dict[str, np.ndarray]:
+def decode_broadcast(record: AnyRecord) -> dict[str, np.ndarray]:
     """:func:`from_arrayrecord` for a record the server sent, decoded once however many clients receive it.
 
     Flower's strategies put one ``ArrayRecord`` object into every message of a
@@ -95,6 +122,7 @@ def decode_broadcast(record: ArrayRecord) -> dict[str, np.ndarray]:
     change them in place would raise).  Under Ray or a deployment every client
     gets its own copy and this is plain :func:`from_arrayrecord`.
     """
+    record = arrayrecord(record)
     key = id(record)
     hit = _BROADCASTS.get(key)
     if hit is not None and hit[0] is record:

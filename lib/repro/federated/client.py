@@ -29,7 +29,7 @@ Other message keys:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, cast
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ from flwr.clientapp import ClientApp
 
 from repro.devices import resolve_device
 from repro.federated.arrays import decode_broadcast, from_array, from_arrayrecord, to_arrayrecord
+from repro.federated.replies import number
 from repro.federated.task import TaskSpec, client_data, evaluate_on, work_model
 from repro.models import get_weights, set_weights
 
@@ -105,21 +106,43 @@ class LocalSettings:
         """
         run = context.run_config
 
-        def value(key: str, default: float | int | None = None) -> float | int:
+        def value(key: str, default: float | int | None = None) -> float:
             if key in cfg:
-                return cfg[key]
+                return number(cfg, key)
             if key in run:
-                return run[key]
+                return number(run, key)
             if default is None:
                 raise KeyError(f"client {partition_id}: neither the message config nor the run config sets {key!r}")
-            return default
+            return float(default)
 
         if "server-round" not in cfg:
             raise KeyError(f"client {partition_id}: the message config lacks 'server-round' "
                            "(needed to seed the batches)")
-        seed = client_seed(round_seed(int(run.get("seed", 0)), int(cfg["server-round"])), partition_id)
+        run_seed = int(number(run, "seed")) if "seed" in run else 0
+        seed = client_seed(round_seed(run_seed, int(number(cfg, "server-round"))), partition_id)
         return cls(steps=int(value("steps")), batch_size=int(value("batch-size", 32)), lr=float(value("lr", 0.05)),
                    momentum=float(value("momentum", 0.0)), seed=seed, device=str(run.get("device", "cpu")))
+
+
+def config_of(msg: Message) -> ConfigRecord:
+    """The message's config record (``content["config"]``), checked to be one."""
+    cfg = msg.content["config"]
+    if not isinstance(cfg, ConfigRecord):
+        raise TypeError(f"a message's 'config' must be a ConfigRecord, got {type(cfg).__name__}")
+    return cfg
+
+
+def config_number(cfg: ConfigRecord, key: str, default: float) -> float:
+    """A number in a config record, ``default`` when the record lacks ``key`` (:func:`~repro.federated.replies.number`)."""
+    return number(cfg, key) if key in cfg else float(default)
+
+
+def config_names(cfg: ConfigRecord, key: str) -> list[str]:
+    """A list of names in a config record (``send-keys``), checked to be text."""
+    value = cfg[key]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"config {key!r}: expected a list of names, got {value!r}")
+    return [str(v) for v in value]
 
 
 def local_sgd(
@@ -209,11 +232,11 @@ def penalised_sgd(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, settings
     linears = None if linear is None else on_device(linear)
 
     def terms(out: torch.Tensor, idx: torch.Tensor) -> list[torch.Tensor]:
-        extra = []
+        extra: list[torch.Tensor] = []
         if quadratic:
-            extra.append(sum((weights[k] * (p - anchors[k]) ** 2).sum() for k, p in named.items()))
+            extra.append(cast(torch.Tensor, sum((weights[k] * (p - anchors[k]) ** 2).sum() for k, p in named.items())))
         if linears is not None:
-            extra.append(sum((linears[k] * p).sum() for k, p in named.items()))
+            extra.append(cast(torch.Tensor, sum((linears[k] * p).sum() for k, p in named.items())))
         return extra
 
     return train_locally(model, x, y, settings, penalties=terms)
@@ -263,7 +286,7 @@ def begin_round(spec: TaskSpec, msg: Message, context: Context, data: DataFn = c
     """
     torch.set_num_threads(1)  # the same float results in every engine
     pid = int(context.node_config["partition-id"])
-    cfg: ConfigRecord = msg.content["config"]
+    cfg = config_of(msg)
     received = decode_broadcast(msg.content["arrays"])
     model = work_model(spec)
     names = list(model.state_dict())
@@ -296,7 +319,7 @@ def own_model_round(
     """
     torch.set_num_threads(1)  # the same float results in every engine
     pid = int(context.node_config["partition-id"])
-    cfg: ConfigRecord = msg.content["config"]
+    cfg = config_of(msg)
     received = from_arrayrecord(msg.content["arrays"])
     set_weights(model, received)
     x, y = data(pid)
@@ -310,10 +333,11 @@ def finish_round(
     rnd: ClientRound,
     arrays: dict[str, np.ndarray] | ArrayRecord,
     loss: float,
-    metrics: Mapping[str, int | float] | None = None,
+    metrics: Mapping[str, int | float | list[int] | list[float]] | None = None,
 ) -> Message:
     """The epilogue of every train handler: reply with ``arrays``, the sample count, the loss and ``metrics``."""
-    content = {"num-examples": len(rnd.y), "train-loss": loss, "partition-id": rnd.partition_id, **(metrics or {})}
+    content: dict[str, int | float | list[int] | list[float]] = {
+        "num-examples": len(rnd.y), "train-loss": loss, "partition-id": rnd.partition_id, **(metrics or {})}
     record = arrays if isinstance(arrays, ArrayRecord) else to_arrayrecord(arrays)
     return Message(RecordDict({"arrays": record, "metrics": MetricRecord(content)}), reply_to=msg)
 
@@ -326,7 +350,7 @@ def train_shared(spec: TaskSpec, msg: Message, context: Context, data: DataFn = 
     record = to_arrayrecord(weights)
     context.state[LOCAL_STATE_KEY] = record
     names = list(weights)
-    send = list(rnd.config["send-keys"]) if "send-keys" in rnd.config else names
+    send = config_names(rnd.config, "send-keys") if "send-keys" in rnd.config else names
     return finish_round(msg, rnd, record if send == names else {k: weights[k] for k in send}, loss)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, TypedDict, Unpack
+from typing import Callable, Iterable, TypedDict, Unpack, cast
 from uuid import uuid4
 
 import numpy as np
@@ -181,10 +181,10 @@ class StrictGrid:
 def _server_main(strategy: Strategy, num_clients: int, initial: ArrayRecord, num_rounds: int, evaluate: EvalFn,
                  eval_rounds: set[int], history: History, progress: str | None) -> Callable[[Grid, Context], None]:
     def main(engine_grid: Grid, context: Context) -> None:
-        grid = StrictGrid(engine_grid)
-        seeded = isinstance(strategy, SeededFedAvg)
-        if seeded:  # the book's strategies sample partition ids; map them to this engine's node ids
-            strategy.set_partition_map(discover_partitions(grid, expected=num_clients))
+        grid = cast(Grid, StrictGrid(engine_grid))  # a Grid by delegation
+        seeded = strategy if isinstance(strategy, SeededFedAvg) else None
+        if seeded is not None:  # the book's strategies sample partition ids; map them to this engine's node ids
+            seeded.set_partition_map(discover_partitions(grid, expected=num_clients))
         bar = tqdm(total=num_rounds, desc=progress, leave=False, disable=progress is None)
 
         def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
@@ -195,8 +195,8 @@ def _server_main(strategy: Strategy, num_clients: int, initial: ArrayRecord, num
             history.rounds.append(server_round)
             history.accuracy.append(m["accuracy"])
             history.loss.append(m["loss"])
-            history.comm.append(strategy.comm.total if seeded and strategy.comm is not None else 0)
-            return MetricRecord(m)
+            history.comm.append(seeded.comm.total if seeded is not None and seeded.comm is not None else 0)
+            return MetricRecord(dict(m))
 
         result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=num_rounds, evaluate_fn=evaluate_fn)
         bar.close()

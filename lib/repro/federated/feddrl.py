@@ -39,16 +39,19 @@ from flwr.clientapp import ClientApp
 from repro.federated.arrays import from_arrayrecord
 from repro.federated.client import RunConfig, client_app_with
 from repro.federated.regularised import train_regularised
+from repro.federated.replies import metrics_of
 from repro.federated.task import TaskSpec, client_data, work_model
 from repro.federated.weighting import AggregationWeightPolicy
 from repro.models import set_weights
 
 PRE_LOSS = "pre-loss"
+STATE_PER_CLIENT = 3
+"""Numbers each client contributes to the agent's state: its loss before and after training, its sample share."""
 
 
 # ----- the state, the action and the reward -----------------------------------------
 def feddrl_state(stats: list[dict[str, float]]) -> np.ndarray:
-    """The agent's state ``[pre-losses, post-losses, sample shares]`` (length ``3K``), clients by partition id.
+    """The agent's state ``[pre-losses, post-losses, sample shares]`` (length ``STATE_PER_CLIENT * K``), by partition id.
 
     Parameters
     ----------
@@ -167,8 +170,10 @@ class DDPGAgent:
             self.actor = _mlp(state_dim, hidden, action_dim)
             self.critic = _mlp(state_dim + action_dim, hidden, 1)
         with torch.no_grad():  # start from (nearly) constant actions: equal weights
-            self.actor[-1].weight.mul_(1e-3)
-            self.actor[-1].bias.zero_()
+            head = self.actor[-1]
+            assert isinstance(head, torch.nn.Linear)
+            head.weight.mul_(1e-3)
+            head.bias.zero_()
         self.actor_target, self.critic_target = copy.deepcopy(self.actor), copy.deepcopy(self.critic)
         self.opt_actor = torch.optim.Adam(self.actor.parameters(), lr=lr_actor)
         self.opt_critic = torch.optim.Adam(self.critic.parameters(), lr=lr_critic)
@@ -293,7 +298,7 @@ def train_reporting(spec: TaskSpec, msg: Message, context: Context) -> Message:
     set_weights(model, from_arrayrecord(msg.content["arrays"]))
     pre = data_loss(model, *client_data(spec, pid))
     reply = train_regularised(spec, msg, context)
-    reply.content["metrics"][PRE_LOSS] = pre
+    metrics_of(reply)[PRE_LOSS] = pre
     return reply
 
 

@@ -20,8 +20,9 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
 from flwr.clientapp import ClientApp
 
-from repro.federated.arrays import from_array, from_arrayrecord, to_arrayrecord
-from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, penalised_sgd
+from repro.federated.arrays import arrayrecord, from_array, from_arrayrecord, to_arrayrecord
+from repro.federated.client import RunConfig, begin_round, client_app_with, config_number, finish_round, penalised_sgd
+from repro.federated.replies import partition_of
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec
 from repro.models import get_weights
@@ -34,7 +35,7 @@ def feddyn_train(spec: TaskSpec, msg: Message, context: Context) -> Message:
     """One FedDyn client round (see the module docstring); ``config["feddyn-alpha"]`` is ``alpha``."""
     rnd = begin_round(spec, msg, context)
     x = rnd.received
-    alpha = float(rnd.config.get("feddyn-alpha", 0.0))
+    alpha = config_number(rnd.config, "feddyn-alpha", 0.0)
     names = [k for k, _ in rnd.model.named_parameters()]
     g = (from_arrayrecord(context.state[FEDDYN_STATE]) if FEDDYN_STATE in context.state
          else {k: np.zeros_like(x[k]) for k in names})
@@ -87,13 +88,14 @@ class FedDyn(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Update ``h`` from the clients' deltas; return FedAvg's mean minus ``h / alpha``."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
+        replies = sorted(replies, key=lambda m: partition_of(m))
         arrays, metrics = super().aggregate_train(server_round, replies)
         if self.alpha == 0 or arrays is None:
             return arrays, metrics
         mean = from_arrayrecord(arrays)
         for k, x in self._sent.items():
-            total = sum(from_array(m.content["arrays"][k]).astype(np.float64) - x.astype(np.float64) for m in replies)
+            total = sum((from_array(arrayrecord(m.content["arrays"])[k]).astype(np.float64) - x.astype(np.float64)
+                         for m in replies), np.zeros(x.shape))
             self.h[k] = self.h[k] - self.alpha / self.num_clients * total
         return to_arrayrecord({k: (mean[k].astype(np.float64) - self.h[k] / self.alpha).astype(mean[k].dtype)
                                for k in mean}), metrics

@@ -36,6 +36,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 
 from repro.federated.arrays import from_arrayrecord, to_arrayrecord
+from repro.federated.replies import metric, partition_of
 from repro.federated.strategies import SeededFedAvg
 
 MODES = ("recycle", "drop")
@@ -232,14 +233,14 @@ class TopKSparsified(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Sparsify every client's update (plus its residual), then average them example-weighted."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
+        replies = sorted(replies, key=lambda m: partition_of(m))
         _, metrics = super().aggregate_train(server_round, replies)  # checks errors, records the messages
-        counts = np.array([float(m.content["metrics"]["num-examples"]) for m in replies])
+        counts = np.array([metric(m, "num-examples") for m in replies])
         weights = counts / counts.sum()
         total: dict[str, np.ndarray] = {k: np.zeros_like(v) for k, v in self._global.items()}
         sent = 0
         for w_i, m in zip(weights, replies):
-            pid = int(m.content["metrics"]["partition-id"])
+            pid = partition_of(m)
             residual = self.residual.setdefault(pid, {})
             for k, v in from_arrayrecord(m.content["arrays"]).items():
                 upd = v - self._global[k]

@@ -13,7 +13,7 @@ seeded optimiser ends bit for bit where Flower's stock one does (tested).
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
@@ -30,6 +30,11 @@ class SeededServerOptimiser(SeededFedAvg):
     Flower's optimisers take in ``configure_train`` (remembering the model
     the round starts from) is taken here before sampling.
     """
+
+    current_arrays: Any
+    """The round's starting model (Flower's optimisers read it in ``aggregate_train``)."""
+    eta_l: float
+    """The clients' learning rate (informational in Flower)."""
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
@@ -68,7 +73,7 @@ class AdaptiveServer(SeededServerOptimiser):
             self.beta_1 = float(beta_1)
         if beta_2 is not None:
             self.beta_2 = float(beta_2)
-        self.eta_l = float(local.get("lr", self.eta_l))  # informational in Flower: the clients' learning rate
+        self.eta_l = float(local.get("lr", self.eta_l) or 0.0)  # informational in Flower: the clients' learning rate
 
 
 class SeededFedAdam(AdaptiveServer, FedAdam):

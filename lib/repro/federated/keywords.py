@@ -142,13 +142,13 @@ def _clips(task: KeywordTask) -> _Clips:
         ys.append(train)
         yt.append(test)
         yv.append(valid)
-    xv = np.stack(xv) if xv else np.zeros((0, *xt[0].shape), dtype=xt[0].dtype)
+    x_valid = np.stack(xv) if xv else np.zeros((0, *xt[0].shape), dtype=xt[0].dtype)
     return _Clips(
         x_train=np.stack(xs),
         y_train=np.concatenate(ys),
         x_test=np.stack(xt),
         y_test=np.concatenate(yt),
-        x_valid=xv,
+        x_valid=x_valid,
         y_valid=np.concatenate(yv),
     )
 

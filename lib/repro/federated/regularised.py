@@ -18,11 +18,18 @@ import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, penalised_sgd
+from repro.federated.client import RunConfig, begin_round, client_app_with, config_number, finish_round, penalised_sgd
 from repro.federated.task import TaskSpec, evaluate_on
 from repro.models import get_weights
 
 FISHER = "fisher::"
+
+
+def gradient_of(name: str, p: torch.nn.Parameter) -> torch.Tensor:
+    """The gradient of parameter ``name`` after a backward pass, detached (an error if it has none)."""
+    if p.grad is None:
+        raise RuntimeError(f"parameter {name!r} has no gradient (is it used in the forward pass?)")
+    return p.grad.detach()
 
 
 def squared_gradient(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
@@ -30,7 +37,7 @@ def squared_gradient(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> di
     model.zero_grad(set_to_none=True)
     model.eval()
     torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
-    out = {k: (p.grad.detach() ** 2).numpy().copy() for k, p in model.named_parameters()}
+    out = {k: (gradient_of(k, p) ** 2).numpy().copy() for k, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
     return out
 
@@ -64,7 +71,7 @@ def train_regularised(spec: TaskSpec, msg: Message, context: Context) -> Message
     """
     rnd = begin_round(spec, msg, context)
     theta = {k: v for k, v in rnd.received.items() if not k.startswith(FISHER)}
-    lam, mu = float(rnd.config.get("ewc-lambda", 0.0)), float(rnd.config.get("proximal-mu", 0.0))
+    lam, mu = config_number(rnd.config, "ewc-lambda", 0.0), config_number(rnd.config, "proximal-mu", 0.0)
     tracking = bool(rnd.config.get("want-tracking", False))
     if tracking:  # before training: the accuracy the model arrives with, and the client's label pattern if asked
         extra: dict[str, int | float | list[int]] = {"arrival-accuracy": evaluate_on(rnd.model, rnd.x, rnd.y)["accuracy"]}
@@ -81,7 +88,8 @@ def train_regularised(spec: TaskSpec, msg: Message, context: Context) -> Message
     out = get_weights(rnd.model)
     if bool(rnd.config.get("want-fisher", False)):
         out.update({FISHER + k: v for k, v in squared_gradient(rnd.model, rnd.x, rnd.y).items()})
-    metrics: dict[str, int | float | list[int]] = {"model-index": int(rnd.config.get("model-index", -1))}
+    metrics: dict[str, int | float | list[int] | list[float]] = {
+        "model-index": int(config_number(rnd.config, "model-index", -1))}
     if tracking:
         metrics.update(extra, **{"departure-accuracy": evaluate_on(rnd.model, rnd.x, rnd.y)["accuracy"]})
     return finish_round(msg, rnd, out, loss, metrics)

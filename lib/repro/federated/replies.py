@@ -9,9 +9,9 @@ the book aggregates (so results do not depend on arrival order).
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
-from flwr.app import Message
+from flwr.app import Message, MetricRecord
 
 
 class ClientFailed(RuntimeError):
@@ -35,9 +35,43 @@ def raise_on_failed(replies: Iterable[Message], where: str = "") -> list[Message
     return out
 
 
+def number(record: Mapping[str, object], key: str) -> float:
+    """``record[key]`` as a float, checked to be a number (a metric or config record's value may be a list or text).
+
+    Raises
+    ------
+    KeyError
+        If ``record`` lacks ``key``.
+    TypeError
+        If the value is not an int or a float.
+    """
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{key!r}: expected a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def metrics_of(reply: Message) -> MetricRecord:
+    """The reply's metric record (``content["metrics"]``), checked to be one."""
+    metrics = reply.content["metrics"]
+    if not isinstance(metrics, MetricRecord):
+        raise TypeError(f"a reply's 'metrics' must be a MetricRecord, got {type(metrics).__name__}")
+    return metrics
+
+
+def metric(reply: Message, key: str) -> float:
+    """One number the client reports in its reply's metrics."""
+    return number(metrics_of(reply), key)
+
+
 def partition_of(reply: Message) -> int:
     """The partition id a client reports in its reply's metrics."""
-    return int(reply.content["metrics"]["partition-id"])
+    return int(metric(reply, "partition-id"))
+
+
+def stats_of(replies: Iterable[Message]) -> list[dict[str, float]]:
+    """Each reply's numeric metrics as a plain dict (what aggregation-weight policies read)."""
+    return [{k: float(v) for k, v in metrics_of(r).items() if isinstance(v, (int, float))} for r in replies]
 
 
 def ordered_replies(server_round: int, replies: Iterable[Message]) -> list[Message]:

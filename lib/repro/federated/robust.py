@@ -39,6 +39,7 @@ from flwr.serverapp.strategy.multikrum import select_multikrum
 from repro.federated.arrays import from_arrayrecord, to_arrayrecord
 from repro.federated.client import RunConfig, client_app_with, train_shared
 from repro.federated.features import last_layer_deviations, last_layer_stack
+from repro.federated.replies import metric, partition_of
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, client_data, load_task_data
 
@@ -186,7 +187,7 @@ class NormClipping(Defence):
         clipped = []
         for m in models:
             upd = {k: m[k].astype(np.float64) - prev[k] for k in prev}
-            scale = min(1.0, self.bound / max(np.linalg.norm(_flat(upd)), 1e-12))
+            scale = min(1.0, self.bound / max(float(np.linalg.norm(_flat(upd))), 1e-12))
             clipped.append({k: (prev[k] + scale * upd[k]).astype(prev[k].dtype) for k in prev})
         return _weighted_mean(clipped, counts), []
 
@@ -228,7 +229,7 @@ def geometric_median(points: np.ndarray, weights: np.ndarray, iters: int = 100, 
         d = np.maximum(np.linalg.norm(points - z, axis=1), eps)
         beta = w / d
         z_new = beta @ points / beta.sum()
-        if np.linalg.norm(z_new - z) <= eps * max(1.0, np.linalg.norm(z)):
+        if np.linalg.norm(z_new - z) <= eps * max(1.0, float(np.linalg.norm(z))):
             return z_new
         z = z_new
     return z
@@ -425,11 +426,11 @@ class RobustFedAvg(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Aggregate with the defence (messages checked and counted as in FedAvg)."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
+        replies = sorted(replies, key=lambda m: partition_of(m))
         _, metrics = super().aggregate_train(server_round, replies)
-        pids = [int(m.content["metrics"]["partition-id"]) for m in replies]
+        pids = [partition_of(m) for m in replies]
         models = [from_arrayrecord(m.content["arrays"]) for m in replies]
-        counts = [int(m.content["metrics"]["num-examples"]) for m in replies]
+        counts = [int(metric(m, "num-examples")) for m in replies]
         new, flagged = self.defence.aggregate(self._prev, models, counts, pids)
         self.flagged[server_round] = [pids[i] for i in flagged]
         return to_arrayrecord(new), metrics

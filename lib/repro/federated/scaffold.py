@@ -23,9 +23,10 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
 from flwr.clientapp import ClientApp
 
-from repro.federated.arrays import from_array, from_arrayrecord, to_arrayrecord
+from repro.federated.arrays import arrayrecord, from_array, from_arrayrecord, to_arrayrecord
 from repro.federated.client import RunConfig, begin_round, client_app_with, finish_round, penalised_sgd
 from repro.federated.comm import CommLedger
+from repro.federated.replies import partition_of
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec
 from repro.models import get_weights
@@ -113,11 +114,12 @@ class SCAFFOLD(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """FedAvg of the models; ``c <- c + (1/N) sum dc_i``."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
+        replies = sorted(replies, key=lambda m: partition_of(m))
         arrays, metrics = super().aggregate_train(server_round, replies)
         if arrays is None:
             return arrays, metrics
         for k in self.c:
-            total = sum(from_array(m.content["arrays"][DELTA_CV + k]).astype(np.float64) for m in replies)
+            total = sum((from_array(arrayrecord(m.content["arrays"])[DELTA_CV + k]).astype(np.float64) for m in replies),
+                        np.zeros(self.c[k].shape))
             self.c[k] = (self.c[k].astype(np.float64) + total / self.num_clients).astype(self.c[k].dtype)
         return ArrayRecord({k: v for k, v in arrays.items() if not k.startswith(DELTA_CV)}), metrics

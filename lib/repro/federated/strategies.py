@@ -23,7 +23,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 
 from repro.federated.arrays import from_array, to_arrayrecord
 from repro.federated.comm import CommLedger
-from repro.federated.replies import ordered_replies
+from repro.federated.replies import number, ordered_replies
 
 
 def average_arrays(contents: list[RecordDict], weighted_by_key: str) -> ArrayRecord:
@@ -215,7 +215,7 @@ def discover_partitions(grid: Grid, expected: int | None = None, timeout: float 
     for reply in grid.send_and_receive(msgs, timeout=timeout):
         if reply.has_error():
             raise RuntimeError(f"node {reply.metadata.src_node_id} failed the query: {reply.error.reason}")
-        out[int(reply.content["info"]["partition-id"])] = int(reply.metadata.src_node_id)
+        out[int(number(reply.content["info"], "partition-id"))] = int(reply.metadata.src_node_id)
     if len(out) != len(nodes):
         raise RuntimeError(f"only {len(out)} of {len(nodes)} nodes answered the partition query")
     return out

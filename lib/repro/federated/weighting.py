@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from repro.federated.arrays import from_arrayrecord, to_arrayrecord
+from repro.federated.replies import partition_of, stats_of
 from repro.federated.strategies import SeededFedAvg
 
 
@@ -64,9 +65,9 @@ class PolicyFedAvg(SeededFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the replies with the policy's weights (messages checked and counted as in FedAvg)."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
+        replies = sorted(replies, key=lambda m: partition_of(m))
         _, metrics = super().aggregate_train(server_round, replies)
-        stats = [dict(m.content["metrics"]) for m in replies]
+        stats = [stats_of([m])[0] for m in replies]
         w = self.policy.weights(server_round, stats)
         self.weights_used[server_round] = {int(s["partition-id"]): float(x) for s, x in zip(stats, w)}
         models = [from_arrayrecord(m.content["arrays"]) for m in replies]
@@ -95,9 +96,9 @@ class FlowerPolicyFedAvg(PolicyFedAvg):
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the replies with Flower's weighted aggregation, weighting by the policy's raw weights."""
-        replies = sorted(replies, key=lambda m: int(m.content["metrics"]["partition-id"]))
+        replies = sorted(replies, key=lambda m: partition_of(m))
         _, metrics = SeededFedAvg.aggregate_train(self, server_round, replies)
-        stats = [dict(m.content["metrics"]) for m in replies]
+        stats = [stats_of([m])[0] for m in replies]
         raw = checked_raw_weights(self.policy, server_round, stats)
         self.weights_used[server_round] = {int(s["partition-id"]): float(x)
                                            for s, x in zip(stats, raw / raw.sum())}

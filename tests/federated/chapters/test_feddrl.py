@@ -5,13 +5,17 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from repro.federated.chapters.feddrl import FedDrlRun, choices, claims
+from repro.federated.chapters import feddrl
+from repro.federated.chapters.feddrl import FedDrlRun, Params, Results, choices, claims
 from repro.federated.client import LocalSGD
 from repro.federated.task import TaskSpec
 from repro.federated.tuning import chosen
-from repro.registry import load_registry
+from repro.params import ParameterError
 
 NAN = float("nan")
+BASE = dict(dataset="digits", cluster_sizes=(3, 1), samples_per_client=20, alpha=0.5, hidden=(8,), tau=2, rounds=2,
+            batch_size=8, lr=0.1, mus=(1.0, 3.0), beta=1.0, sigma=0.1, updates=1, seeds=(0, 1), eval_every=1,
+            engine="inprocess", device="cpu", workers=1)
 
 
 def _frame() -> pd.DataFrame:
@@ -24,9 +28,13 @@ def _frame() -> pd.DataFrame:
 
 def test_claims_compare_fedprox_at_the_mu_chosen_on_validation():
     final = _frame()
-    assert chosen(choices(final)) == {"fedprox": 1.0}
-    assert claims(final) == {"acc_gain_vs_fedavg": [3.5, 3.5], "acc_gain_vs_fedprox": [2.5, 2.5],
-                             "client_std_change_vs_fedavg": [-2.5, -2.5]}
+    results = Results(final=final, curves=pd.DataFrame(), weights=pd.DataFrame(), tuned=choices(final),
+                      cluster_sizes=(3, 1), trivial=11.0)
+    assert chosen(choices(final)) == {"fedprox": 1.0} and results.best_mu == 1.0
+    c = claims(results)
+    assert {k: list(v.values) for k, v in c.items()} == {
+        "acc_gain_vs_fedavg": [3.5, 3.5], "acc_gain_vs_fedprox": [2.5, 2.5], "client_std_change_vs_fedavg": [-2.5, -2.5]}
+    assert c["acc_gain_vs_fedprox"].arms == {"feddrl": [73.5, 74.5], "fedprox": [71.0, 72.0]}  # mu = 1's, not 3's
 
 
 def test_run_record_names_the_method_it_rejects_and_the_tuned_setting():
@@ -37,8 +45,20 @@ def test_run_record_names_the_method_it_rejects_and_the_tuned_setting():
     assert pd.isna(FedDrlRun(method="feddrl", spec=spec, sgd=LocalSGD(), tau=1, rounds=1, seed=0, mu=0.3).setting)
 
 
-@pytest.mark.parametrize("chapter", ["feddrl", "cluster-skew-kd"])
-def test_the_registry_refuses_a_mu_grid_that_leaves_fedprox_fedavg(chapter):
-    (check,) = [c for c in load_registry().get(chapter).checks if "mus" in c.params]
-    assert check.holds({"mus": [0.3, 1.0, 3.0], "lr": 0.05, "tau": 10})
-    assert not check.holds({"mus": [0.1, 1.0], "lr": 0.05, "tau": 10})  # lr * mu * tau = 0.05 for mu = 0.1
+@pytest.mark.parametrize("change, names", [
+    ({"mus": (0.1, 1.0), "lr": 0.05, "tau": 10}, "'mus', 'lr', 'tau'"),  # lr * mu * tau = 0.05 for mu = 0.1
+    ({"mus": (1.0, 1.0)}, "'mus'"),
+    ({"cluster_sizes": (60, 20), "samples_per_client": 20}, "'cluster_sizes', 'samples_per_client', 'dataset'"),
+    ({"seeds": (1, 1)}, "'seeds'"),
+])
+def test_impossible_combinations_are_refused_by_name(change, names):
+    Params(**BASE).checks()
+    with pytest.raises(ParameterError, match=names):
+        Params(**{**BASE, **change}).checks()
+
+
+def test_a_tiny_run_tunes_fedprox_and_records_the_agents_weights():
+    results = feddrl.run(Params(**BASE))
+    assert len(results.final) == 2 * (1 + 2 + 1) and results.best_mu in (1.0, 3.0)
+    assert set(results.weights.cluster) == {0, 1} and set(results.weights.seed) == {0, 1}
+    assert set(claims(results)) == {"acc_gain_vs_fedavg", "acc_gain_vs_fedprox", "client_std_change_vs_fedavg"}

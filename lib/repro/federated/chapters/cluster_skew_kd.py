@@ -1,36 +1,105 @@
 """The CADIS chapter (cluster-skew-kd): CADIS, its two parts, an oracle and the baselines on a cluster-skewed split.
 
-:class:`CadisRun` is one seeded run, :func:`run` executes it, :func:`sweep`
-runs every method and seed, :func:`claims` gives the ledger's per-seed
-values.
-
 FedProx's ``mu`` is tuned over a grid (every value for every seed); :func:`choices`
 keeps, through :mod:`repro.federated.tuning`, the value with the best mean
 accuracy on the training samples no client holds, a validation set no claim reads.
 CADIS runs once, at its set values, so FedProx gets at least its tuning budget.
+
+:class:`Params` holds the chapter's parameters; :func:`run` runs one
+:class:`CadisRun` per method, setting and seed through :func:`run_one` into a
+:class:`CadisRecord` and returns the :class:`Results`; :func:`claims` gives the
+ledger's evidence.  CADIS itself follows the authors' code
+(:mod:`repro.federated.cadis`); the threshold figure is the chapter's own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, cast
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 from sklearn.metrics import adjusted_rand_score
 
-from repro.federated.cadis import CADIS, ClusterEqualWeights, make_kd_client_app
+from repro.federated.cadis import CADIS, ClusterEqualWeights, ClusterRule, cluster_labels, cluster_matrix, make_kd_client_app
 from repro.federated.client import LocalSGD
 from repro.federated.engine import RunSummary, seed_differences
 from repro.federated.regularised import make_regularised_client_app
-from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
+from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
-from repro.federated.task import TaskSpec, planted_clusters
-from repro.federated.tuning import Choice, best_settings, keep_best, validation_accuracy
+from repro.federated.task import TaskSpec, available_train, majority_accuracy, planted_clusters
+from repro.federated.tuning import Choice, best_settings, chosen, keep_best, validation_accuracy
 from repro.federated.weighting import FlowerPolicyFedAvg
+from repro.params import ChapterParams, require
+from repro.results import Evidence
 
 METHODS = ("fedavg", "fedprox", "cluster-agg", "kd", "cadis", "oracle-agg")
+NEEDED = ("fedavg", "fedprox", "cadis")
+"""The methods the claims compare."""
 TUNING_METRIC = "validation_accuracy"
 """What FedProx's grid is tuned on: the final model's accuracy on the held-out training samples."""
+PROXIMAL_PULL = 0.1
+"""The smallest ``lr * mu * tau`` a FedProx grid value may have (below it FedProx is practically FedAvg)."""
+THRESHOLDS = tuple(np.round(np.arange(0.05, 1.0, 0.05), 2))
+"""The thresholds at which :func:`threshold_figure` re-reads the final similarity memory."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``cluster-skew-kd.yaml``)."""
+
+    dataset: str
+    cluster_sizes: tuple[int, ...]
+    samples_per_client: int
+    alpha: float
+    active_clients: int
+    hidden: tuple[int, ...]
+    tau: int
+    rounds: int
+    batch_size: int
+    lr: float
+    mus: tuple[float, ...]
+    kd_mu: float
+    threshold: float
+    threshold_growth: bool
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    eval_every: int
+    engine: str
+    device: str
+    workers: int
+
+    def checks(self) -> None:
+        """Refuse the impossible combinations before any run starts."""
+        require(self.active_clients <= sum(self.cluster_sizes), self, ("active_clients", "cluster_sizes"),
+                "active_clients must not exceed the number of clients (the sum of cluster_sizes)")
+        require(all(m in self.methods for m in NEEDED), self, "methods",
+                f"methods must include {', '.join(NEEDED)} (the claims compare them)")
+        require(len(set(self.methods)) == len(self.methods), self, "methods", "methods must not repeat")
+        require(all(self.lr * m * self.tau >= PROXIMAL_PULL for m in self.mus), self, ("mus", "lr", "tau"),
+                f"every mu in mus must have lr * mu * tau >= {PROXIMAL_PULL}: a smaller proximal weight pulls the "
+                "local model back by under about 5% of a round's drift, which leaves FedProx practically FedAvg")
+        require(len(set(self.mus)) == len(self.mus), self, "mus", "the tuning grid must not repeat a value")
+        require(sum(self.cluster_sizes) * self.samples_per_client < available_train(self.dataset, None), self,
+                ("cluster_sizes", "samples_per_client", "dataset"),
+                "the clients must hold fewer samples than the dataset has, leaving a held-out set to tune on")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
+
+    def spec(self) -> TaskSpec:
+        """The task: planted clusters of clients, each cluster with its own Dirichlet label mix."""
+        return TaskSpec(dataset=self.dataset, num_clients=sum(self.cluster_sizes), scheme="cluster_skew",
+                        alpha=self.alpha, cluster_sizes=self.cluster_sizes, samples_per_client=self.samples_per_client,
+                        hidden=self.hidden, model="mlp", data_seed=0)
+
+    def sgd(self) -> LocalSGD:
+        """The clients' local SGD (no momentum)."""
+        return LocalSGD(batch_size=self.batch_size, lr=self.lr, momentum=0.0)
+
+    def rule(self) -> ClusterRule:
+        """CADIS's threshold rule."""
+        return ClusterRule(threshold=self.threshold, grow=self.threshold_growth)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,27 +114,42 @@ class CadisRun(FederatedRun):
     ----------
     mu
         FedProx's proximal weight.
-    kd_mu, temperature, threshold
-        Weight and temperature of the distillation term; CADIS's clustering threshold.
+    kd_mu
+        Weight of the relational distillation term.
+    rule
+        CADIS's threshold rule.
     """
 
     mu: float = 0.01
     kd_mu: float = 1.0
-    temperature: float = 2.0
-    threshold: float = 0.5
+    rule: ClusterRule = field(default_factory=ClusterRule)
 
     methods: ClassVar[tuple[str, ...]] = METHODS
     tuned: ClassVar[dict[str, str]] = {"fedprox": "mu"}
 
 
-def run(job: CadisRun) -> dict:
-    """One run's record: :func:`repro.federated.runs.summary_record`'s fields, ``validation_accuracy`` and ``ari``.
+@dataclass(frozen=True, kw_only=True)
+class CadisRecord(RunRecord):
+    """One run's record: :class:`RunRecord`'s fields and these.
 
-    ``validation_accuracy`` is :func:`repro.federated.tuning.validation_accuracy` of the final model.
-
-    ``ari`` is the adjusted Rand index of the clustering the server ends with,
-    over all clients, against the planted groups (NaN for methods that do not cluster).
+    Attributes
+    ----------
+    validation_accuracy
+        :func:`repro.federated.tuning.validation_accuracy` of the final model.
+    ari
+        Adjusted Rand index of the server's final groups, over all clients, against the planted ones
+        (NaN for methods that do not cluster).
+    similarity
+        For the clustering methods, the final scaled mean similarity of every pair of clients.
     """
+
+    validation_accuracy: float
+    ari: float = float("nan")
+    similarity: tuple[tuple[float, ...], ...] = ()
+
+
+def run_one(job: CadisRun) -> CadisRecord:
+    """Run ``job``."""
     spec, local, k = job.spec, job.local, job.clients_per_round
     groups = planted_clusters(spec)
     run_config = dict(job.run_config)
@@ -76,67 +160,83 @@ def run(job: CadisRun) -> dict:
         strat = SeededFedProx(k, local, seed=job.seed, mu=job.mu)
         app = make_regularised_client_app(spec, run_config)
     elif job.method == "kd":
-        strat = SeededFedAvg(k, {**local, "kd-mu": job.kd_mu, "kd-temperature": job.temperature}, seed=job.seed)
+        strat = SeededFedAvg(k, {**local, "kd-mu": job.kd_mu}, seed=job.seed)
     elif job.method in ("cluster-agg", "cadis"):
-        strat = CADIS(k, local, spec.num_clients, f"fc{len(spec.hidden)}.weight", threshold=job.threshold,
-                      kd_mu=job.kd_mu if job.method == "cadis" else 0.0, kd_temperature=job.temperature,
-                      seed=job.seed)
+        strat = CADIS(k, local, spec.num_clients, f"fc{len(spec.hidden)}.weight", rule=job.rule,
+                      kd_mu=job.kd_mu if job.method == "cadis" else 0.0, seed=job.seed)
     else:
         strat = FlowerPolicyFedAvg(k, local, ClusterEqualWeights(dict(enumerate(int(g) for g in groups))),
                                    seed=job.seed)
     hist = job.simulate(strat, app)
-    ari = float("nan")
+    ari, similarity = float("nan"), cast(tuple[tuple[float, ...], ...], ())
     if isinstance(strat, CADIS):
-        ari = float(adjusted_rand_score(groups, strat.remembered_clusters(list(range(spec.num_clients)))))
-    return summary_record(job, RunSummary.of(hist, spec),
-                          validation_accuracy=validation_accuracy(spec, hist.final_arrays), ari=ari)
+        ari = float(adjusted_rand_score(groups, strat.final_clusters()))
+        similarity = tuple(tuple(float(v) for v in row) for row in strat.scaled_similarity())
+    assert hist.final_arrays is not None
+    return CadisRecord.of(job, RunSummary.of(hist, spec), validation_accuracy=validation_accuracy(spec, hist.final_arrays),
+                          ari=ari, similarity=similarity)
 
 
-def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, active_clients: int, seeds: list[int],
-          mus: Sequence[float], kd_mu: float, temperature: float, threshold: float, eval_every: int,
-          methods: tuple[str, ...] = METHODS, engine: str = "inprocess",
-          workers: int = 1, device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every method of ``methods`` for every seed, FedProx at every value of ``mus``.
+def jobs(params: Params) -> list[CadisRun]:
+    """Every method of ``params.methods`` for every seed, FedProx at every value of ``mus``."""
+    spec, sgd, rule = params.spec(), params.sgd(), params.rule()
+    grid = {"fedprox": [float(m) for m in params.mus]}
+    return [CadisRun(method=m, spec=spec, sgd=sgd, tau=params.tau, rounds=params.rounds, seed=s,
+                     active_clients=params.active_clients, eval_every=params.eval_every, engine=params.engine,
+                     device=params.device, kd_mu=params.kd_mu, rule=rule, mu=mu)
+            for m in params.methods for mu in grid.get(m, [0.0]) for s in params.seeds]
 
-    Returns
-    -------
-    final : DataFrame
+
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What the comparison produced.
+
+    Attributes
+    ----------
+    final
         ``method, setting`` (FedProx's ``mu``; NaN for the others), ``seed, accuracy, budget_accuracy,
-        client_acc_std, validation_accuracy, ari``.
-    curves : DataFrame
+        client_acc_std, validation_accuracy, ari``, one row per run.
+    curves
         Accuracy at each evaluated round, every run.
+    tuned
+        FedProx's chosen ``mu`` (:func:`choices`).
+    similarity
+        ``seed -> `` CADIS's final scaled similarity of every pair of clients.
+    planted
+        Every client's planted cluster.
+    trivial
+        Test accuracy of always predicting the majority class (percent).
+    threshold
+        The threshold CADIS started from (the claims' ARI is read at the one it ended with).
     """
-    unknown = set(methods) - set(METHODS)
-    if unknown:
-        raise ValueError(f"parameter 'methods': must be among {METHODS}, got {sorted(unknown)}")
-    grid = {"fedprox": [{"mu": float(m)} for m in mus]}
-    jobs = [
-        CadisRun(
-            method=m,
-            spec=spec,
-            sgd=sgd,
-            tau=tau,
-            rounds=rounds,
-            seed=s,
-            active_clients=active_clients,
-            eval_every=eval_every,
-            engine=engine,
-            device=device,
-            kd_mu=kd_mu,
-            temperature=temperature,
-            threshold=threshold,
-            **t,
-        )
-        for m in methods
-        for t in grid.get(m, [{}])
-        for s in seeds
-    ]
-    done = execute(run, jobs, workers, desc="CADIS comparison")
-    return run_tables(
-        done,
-        ("method", "setting", "seed", "accuracy", "budget_accuracy", "client_acc_std", "validation_accuracy", "ari"),
-        keys=("method", "setting", "seed"),
-    )
+
+    final: pd.DataFrame
+    curves: pd.DataFrame
+    tuned: tuple[Choice, ...]
+    similarity: dict[int, np.ndarray]
+    planted: np.ndarray
+    trivial: float
+    threshold: float
+
+    @property
+    def best_mu(self) -> float:
+        """FedProx's tuned proximal weight."""
+        return chosen(self.tuned)["fedprox"]
+
+    def selected(self, frame: pd.DataFrame | None = None) -> pd.DataFrame:
+        """``frame`` (default: the final table) with FedProx at its tuned ``mu`` only."""
+        return keep_best(self.final if frame is None else frame, self.tuned)
+
+
+def run(params: Params) -> Results:
+    """Every method for every seed, FedProx tuned over ``mus`` on the held-out validation set."""
+    done = execute(run_one, jobs(params), params.workers, desc="CADIS comparison")
+    final = records_frame(done, ("method", "setting", "seed", "accuracy", "budget_accuracy", "client_acc_std",
+                                 "validation_accuracy", "ari"))
+    spec = params.spec()
+    return Results(final=final, curves=curves_frame(done, ("method", "setting", "seed")), tuned=choices(final),
+                   similarity={r.seed: np.array(r.similarity) for r in done if r.method == "cadis"},
+                   planted=planted_clusters(spec), trivial=majority_accuracy(spec), threshold=params.threshold)
 
 
 def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
@@ -144,15 +244,65 @@ def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
     return best_settings(final, TUNING_METRIC)
 
 
-def claims(final: pd.DataFrame) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims, FedProx at its tuned ``mu`` (needs ``fedavg``, ``fedprox``, ``cadis``)."""
-    missing = {"fedavg", "fedprox", "cadis"} - set(final.method)
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """The ledger's evidence, FedProx at its tuned ``mu``, each accuracy claim with its arms' accuracy per seed."""
+    missing = set(NEEDED) - set(results.final.method)
     if missing:
         raise ValueError(f"parameter 'methods': must include {sorted(missing)} to compute the claims")
-    sel = keep_best(final, choices(final))
+    sel = results.selected()
+
+    def arms(*methods: str) -> dict[str, list[float]]:
+        return {m: [float(v) for v in sel[sel.method == m].sort_values("seed").budget_accuracy] for m in methods}
+
     cadis = sel[sel.method == "cadis"].set_index("seed")
     return {
-        "acc_gain_vs_fedavg": seed_differences(sel, "cadis", "fedavg"),
-        "acc_gain_vs_fedprox": seed_differences(sel, "cadis", "fedprox"),
+        "acc_gain_vs_fedavg": Evidence(values=seed_differences(sel, "cadis", "fedavg"), arms=arms("cadis", "fedavg"),
+                                       trivial=results.trivial),
+        "acc_gain_vs_fedprox": Evidence(values=seed_differences(sel, "cadis", "fedprox"),
+                                        arms=arms("cadis", "fedprox"), trivial=results.trivial),
         "cluster_ari": [float(cadis.ari[s]) for s in sorted(cadis.index)],
     }
+
+
+def ari_at(results: Results, threshold: float) -> list[float]:
+    """Per seed, the ARI of the groups CADIS's final similarity memory gives at ``threshold`` (no new run)."""
+    return [float(adjusted_rand_score(results.planted, cluster_labels(cluster_matrix(s, threshold))))
+            for _, s in sorted(results.similarity.items())]
+
+
+def tuning_text(results: Results) -> str:
+    """FedProx's validation accuracy per ``mu``, the winner and its test accuracy against FedAvg, in words."""
+    final, best = results.final, results.best_mu
+    grid = final[final.method == "fedprox"].groupby("setting")[["validation_accuracy", "budget_accuracy"]].mean()
+    avg = final[final.method == "fedavg"].budget_accuracy.mean()
+    return (f"**Tuning.** FedProx's mean validation accuracy over {final.seed.nunique()} seed(s), per μ: "
+            + ", ".join(f"μ = {m:g}: {v:.1f}%" for m, v in grid.validation_accuracy.items())
+            + f". **μ = {best:g} won**; its test accuracy at the budget was {grid.budget_accuracy[best]:.1f}% "
+            f"(the best μ on test would have been {grid.budget_accuracy.idxmax():g}), "
+            f"{grid.budget_accuracy[best] - avg:+.1f} points against FedAvg's.")
+
+
+def component_gains(results: Results) -> dict[str, float]:
+    """Mean accuracy at the budget of every method against FedAvg's (points), FedProx at its tuned ``mu``."""
+    acc = results.selected().groupby("method").budget_accuracy.mean()
+    return {m: float(acc[m] - acc["fedavg"]) for m in acc.index if m != "fedavg"}
+
+
+def threshold_figure(results: Results) -> Figure:
+    """ARI of the groups the final similarity memory gives at every threshold (mean over seeds and each seed).
+
+    The threshold is a constant of the method (the authors start at 0.975 and grow it to 0.985); the
+    memory a run ends with is re-read at every threshold, without new runs, so the figure shows
+    where the clustering holds on this task.
+    """
+    fig, ax = plt.subplots(figsize=(6.0, 3.2))
+    values = np.array([ari_at(results, t) for t in THRESHOLDS])
+    ax.plot(THRESHOLDS, values.mean(axis=1), marker="o", color="black", label="mean over seeds")
+    for col in values.T:
+        ax.plot(THRESHOLDS, col, color="0.6", lw=0.8)
+    ax.axvline(results.threshold, color="#1565c0", ls=":", lw=1, label=f"the run's threshold {results.threshold:g}")
+    ax.set_xlabel("threshold on the scaled mean similarity")
+    ax.set_ylabel("ARI against the planted clusters")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

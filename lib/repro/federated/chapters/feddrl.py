@@ -5,32 +5,84 @@ keeps, through :mod:`repro.federated.tuning`, the value with the best mean
 accuracy on the training samples no client holds, a validation set no claim reads.
 FedDRL runs once, at its set values, so FedProx gets at least its tuning budget.
 
-:class:`FedDrlRun` is one seeded run, :func:`run` executes it, :func:`sweep`
-runs every method and seed, :func:`claims` gives the ledger's per-seed
-values; the cluster-weight figure is the chapter's own.
+:class:`Params` holds the chapter's parameters; :func:`run` runs one
+:class:`FedDrlRun` per method, setting and seed through :func:`run_one` into a
+:class:`FedDrlRecord` and returns the :class:`Results`; :func:`claims` gives
+the ledger's evidence; the cluster-weight figure is the chapter's own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from repro.federated.client import LocalSGD
 from repro.federated.engine import RunSummary, seed_differences
 from repro.federated.feddrl import DDPGWeights, make_loss_reporting_client_app
-from repro.federated.runs import FederatedRun, execute, run_tables, summary_record
+from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
-from repro.federated.task import TaskSpec, planted_clusters
-from repro.federated.tuning import Choice, best_settings, keep_best, validation_accuracy
+from repro.federated.task import TaskSpec, available_train, majority_accuracy, planted_clusters
+from repro.federated.tuning import Choice, best_settings, chosen, keep_best, validation_accuracy
 from repro.federated.weighting import FlowerPolicyFedAvg
+from repro.params import ChapterParams, require
+from repro.results import Evidence
 
 METHODS = ("fedavg", "fedprox", "feddrl")
 TUNING_METRIC = "validation_accuracy"
 """What FedProx's grid is tuned on: the final model's accuracy on the held-out training samples."""
+PROXIMAL_PULL = 0.1
+"""The smallest ``lr * mu * tau`` a FedProx grid value may have: below it the proximal pull removes under about
+5% of a round's local drift, which leaves FedProx practically FedAvg."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``feddrl.yaml``)."""
+
+    dataset: str
+    cluster_sizes: tuple[int, ...]
+    samples_per_client: int
+    alpha: float
+    hidden: tuple[int, ...]
+    tau: int
+    rounds: int
+    batch_size: int
+    lr: float
+    mus: tuple[float, ...]
+    beta: float
+    sigma: float
+    updates: int
+    seeds: tuple[int, ...]
+    eval_every: int
+    engine: str
+    device: str
+    workers: int
+
+    def checks(self) -> None:
+        """Refuse the impossible combinations before any run starts."""
+        require(all(self.lr * m * self.tau >= PROXIMAL_PULL for m in self.mus), self, ("mus", "lr", "tau"),
+                f"every mu in mus must have lr * mu * tau >= {PROXIMAL_PULL}: a smaller proximal weight pulls the "
+                "local model back by under about 5% of a round's drift, which leaves FedProx practically FedAvg")
+        require(len(set(self.mus)) == len(self.mus), self, "mus", "the tuning grid must not repeat a value")
+        require(sum(self.cluster_sizes) * self.samples_per_client < available_train(self.dataset, None), self,
+                ("cluster_sizes", "samples_per_client", "dataset"),
+                "the clients must hold fewer samples than the dataset has, leaving a held-out set to tune on")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
+
+    def spec(self) -> TaskSpec:
+        """The task: planted clusters of clients, each cluster with its own Dirichlet label mix."""
+        return TaskSpec(dataset=self.dataset, num_clients=sum(self.cluster_sizes), scheme="cluster_skew",
+                        alpha=self.alpha, cluster_sizes=self.cluster_sizes, samples_per_client=self.samples_per_client,
+                        hidden=self.hidden, model="mlp", data_seed=0)
+
+    def sgd(self) -> LocalSGD:
+        """The clients' local SGD (no momentum)."""
+        return LocalSGD(batch_size=self.batch_size, lr=self.lr, momentum=0.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,16 +106,24 @@ class FedDrlRun(FederatedRun):
     tuned: ClassVar[dict[str, str]] = {"fedprox": "mu"}
 
 
-def run(job: FedDrlRun) -> dict:
-    """One run's record.
+@dataclass(frozen=True, kw_only=True)
+class FedDrlRecord(RunRecord):
+    """One run's record: :class:`RunRecord`'s fields and these.
 
-    Returns
-    -------
-    dict
-        :func:`repro.federated.runs.summary_record`'s fields, ``validation_accuracy``
-        (:func:`repro.federated.tuning.validation_accuracy` of the final model) and, for FedDRL,
-        the per-round weights of each planted cluster (``cluster_weights``).
+    Attributes
+    ----------
+    validation_accuracy
+        :func:`repro.federated.tuning.validation_accuracy` of the final model.
+    cluster_weights
+        FedDRL only: ``(round, weight of planted cluster 0, weight of cluster 1, ...)`` per round.
     """
+
+    validation_accuracy: float
+    cluster_weights: tuple[tuple[float, ...], ...] = ()
+
+
+def run_one(job: FedDrlRun) -> FedDrlRecord:
+    """Run ``job`` with every client every round."""
     local, k = job.local, job.clients_per_round
     if job.method == "fedavg":
         strat: SeededFedAvg = SeededFedAvg(k, local, seed=job.seed)
@@ -73,67 +133,74 @@ def run(job: FedDrlRun) -> dict:
         agent = DDPGWeights(k, beta=job.beta, updates=job.updates, sigma=job.sigma, seed=job.seed)
         strat = FlowerPolicyFedAvg(k, local, agent, seed=job.seed)
     hist = job.simulate(strat, make_loss_reporting_client_app(job.spec, job.run_config))
-    out = summary_record(job, RunSummary.of(hist, job.spec),
-                         validation_accuracy=validation_accuracy(job.spec, hist.final_arrays))
+    weights: tuple[tuple[float, ...], ...] = ()
     if isinstance(strat, FlowerPolicyFedAvg):
         groups = planted_clusters(job.spec)
-        out["cluster_weights"] = [(rd, *(sum(w[p] for p in w if groups[p] == g) for g in range(groups.max() + 1)))
-                                  for rd, w in sorted(strat.weights_used.items())]
-    return out
+        weights = tuple((float(rd), *(float(sum(w[p] for p in w if groups[p] == g)) for g in range(groups.max() + 1)))
+                        for rd, w in sorted(strat.weights_used.items()))
+    assert hist.final_arrays is not None
+    return FedDrlRecord.of(job, RunSummary.of(hist, job.spec),
+                           validation_accuracy=validation_accuracy(job.spec, hist.final_arrays), cluster_weights=weights)
 
 
-def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, rounds: int, seeds: list[int], mus: Sequence[float], beta: float,
-          sigma: float, updates: int, eval_every: int, engine: str = "inprocess",
-          workers: int = 1, device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """FedAvg, FedProx at every value of ``mus``, and FedDRL, for every seed.
+def jobs(params: Params) -> list[FedDrlRun]:
+    """FedAvg, FedProx at every value of ``mus``, and FedDRL, for every seed."""
+    spec, sgd = params.spec(), params.sgd()
+    grid = {"fedprox": [float(m) for m in params.mus]}
+    return [FedDrlRun(method=m, spec=spec, sgd=sgd, tau=params.tau, rounds=params.rounds, seed=s,
+                      eval_every=params.eval_every, engine=params.engine, device=params.device, beta=params.beta,
+                      sigma=params.sigma, updates=params.updates, mu=mu)
+            for m in METHODS for mu in grid.get(m, [0.0]) for s in params.seeds]
 
-    Returns
-    -------
-    final : DataFrame
+
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What the comparison produced.
+
+    Attributes
+    ----------
+    final
         ``method, setting`` (FedProx's ``mu``; NaN for the others), ``seed, accuracy, budget_accuracy,
-        client_acc_std, validation_accuracy``.
-    curves : DataFrame
+        client_acc_std, validation_accuracy``, one row per run.
+    curves
         Accuracy at each evaluated round, every run.
-    weights : DataFrame
-        FedDRL's total weight per planted cluster, per round and seed.
+    weights
+        FedDRL's total weight per planted cluster (``seed, round, cluster, weight``).
+    tuned
+        FedProx's chosen ``mu`` (:func:`choices`).
+    cluster_sizes
+        Clients per planted cluster.
+    trivial
+        Test accuracy of always predicting the majority class (percent).
     """
-    grid = {"fedprox": [{"mu": float(m)} for m in mus]}
-    jobs = [
-        FedDrlRun(
-            method=m,
-            spec=spec,
-            sgd=sgd,
-            tau=tau,
-            rounds=rounds,
-            seed=s,
-            eval_every=eval_every,
-            engine=engine,
-            device=device,
-            beta=beta,
-            sigma=sigma,
-            updates=updates,
-            **t,
-        )
-        for m in METHODS
-        for t in grid.get(m, [{}])
-        for s in seeds
-    ]
-    done = execute(run, jobs, workers, desc="FedDRL comparison")
-    final, curves = run_tables(
-        done,
-        ("method", "setting", "seed", "accuracy", "budget_accuracy", "client_acc_std", "validation_accuracy"),
-        keys=("method", "setting", "seed"),
-    )
-    weights = pd.DataFrame(
-        [
-            {"seed": r["seed"], "round": row[0], "cluster": g, "weight": w}
-            for r in done
-            if r["method"] == "feddrl"
-            for row in r["cluster_weights"]
-            for g, w in enumerate(row[1:])
-        ]
-    )
-    return final, curves, weights
+
+    final: pd.DataFrame
+    curves: pd.DataFrame
+    weights: pd.DataFrame
+    tuned: tuple[Choice, ...]
+    cluster_sizes: tuple[int, ...]
+    trivial: float
+
+    @property
+    def best_mu(self) -> float:
+        """FedProx's tuned proximal weight."""
+        return chosen(self.tuned)["fedprox"]
+
+    def selected(self, frame: pd.DataFrame | None = None) -> pd.DataFrame:
+        """``frame`` (default: the final table) with FedProx at its tuned ``mu`` only."""
+        return keep_best(self.final if frame is None else frame, self.tuned)
+
+
+def run(params: Params) -> Results:
+    """Every method for every seed, FedProx tuned over ``mus`` on the held-out validation set."""
+    done = execute(run_one, jobs(params), params.workers, desc="FedDRL comparison")
+    final = records_frame(done, ("method", "setting", "seed", "accuracy", "budget_accuracy", "client_acc_std",
+                                 "validation_accuracy"))
+    weights = pd.DataFrame([{"seed": r.seed, "round": row[0], "cluster": g, "weight": w}
+                            for r in done if r.method == "feddrl" for row in r.cluster_weights
+                            for g, w in enumerate(row[1:])])
+    return Results(final=final, curves=curves_frame(done, ("method", "setting", "seed")), weights=weights,
+                   tuned=choices(final), cluster_sizes=params.cluster_sizes, trivial=majority_accuracy(params.spec()))
 
 
 def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
@@ -141,18 +208,47 @@ def choices(final: pd.DataFrame) -> tuple[Choice, ...]:
     return best_settings(final, TUNING_METRIC)
 
 
-def claims(final: pd.DataFrame) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims, FedProx at its tuned ``mu``."""
-    sel = keep_best(final, choices(final))
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """The ledger's evidence, FedProx at its tuned ``mu``, with each compared arm's accuracy at the budget per seed."""
+    sel = results.selected()
+
+    def arms(*methods: str) -> dict[str, list[float]]:
+        return {m: [float(v) for v in sel[sel.method == m].sort_values("seed").budget_accuracy] for m in methods}
+
+    def evidence(values: list[float], *methods: str) -> Evidence:
+        return Evidence(values=values, arms=arms(*methods), trivial=results.trivial)
+
     return {
-        "acc_gain_vs_fedavg": seed_differences(sel, "feddrl", "fedavg"),
-        "acc_gain_vs_fedprox": seed_differences(sel, "feddrl", "fedprox"),
-        "client_std_change_vs_fedavg": seed_differences(sel, "feddrl", "fedavg", "client_acc_std"),
+        "acc_gain_vs_fedavg": evidence(seed_differences(sel, "feddrl", "fedavg"), "feddrl", "fedavg"),
+        "acc_gain_vs_fedprox": evidence(seed_differences(sel, "feddrl", "fedprox"), "feddrl", "fedprox"),
+        "client_std_change_vs_fedavg": evidence(seed_differences(sel, "feddrl", "fedavg", "client_acc_std"),
+                                                "feddrl", "fedavg"),
     }
 
 
-def cluster_weight_plot(weights: pd.DataFrame, sizes: tuple[int, ...]) -> Figure:
+def tuning_text(results: Results) -> str:
+    """FedProx's validation accuracy per ``mu``, the winner and its test accuracy against FedAvg, in words."""
+    final, best = results.final, results.best_mu
+    grid = final[final.method == "fedprox"].groupby("setting")[["validation_accuracy", "budget_accuracy"]].mean()
+    avg = final[final.method == "fedavg"].budget_accuracy.mean()
+    return (f"**Tuning.** FedProx's mean validation accuracy over {final.seed.nunique()} seed(s), per μ: "
+            + ", ".join(f"μ = {m:g}: {v:.1f}%" for m, v in grid.validation_accuracy.items())
+            + f". **μ = {best:g} won**; its test accuracy at the budget was {grid.budget_accuracy[best]:.1f}% "
+            f"(the best μ on test would have been {grid.budget_accuracy.idxmax():g}), "
+            f"{grid.budget_accuracy[best] - avg:+.1f} points against FedAvg's.")
+
+
+def largest_cluster_weight(results: Results) -> tuple[int, float, float]:
+    """The largest planted cluster, the agent's mean weight for it in the last round, and FedAvg's weight for it."""
+    w = results.weights
+    last = w[w["round"] == w["round"].max()].groupby("cluster").weight.mean()
+    big = int(np.argmax(results.cluster_sizes))
+    return big, float(last[big]), results.cluster_sizes[big] / sum(results.cluster_sizes)
+
+
+def cluster_weight_plot(results: Results) -> Figure:
     """FedDRL's total aggregation weight per planted cluster over the rounds, against the clients' share."""
+    weights, sizes = results.weights, results.cluster_sizes
     fig, ax = plt.subplots(figsize=(7, 3.0))
     for g, d in weights.groupby("cluster"):
         s = d.groupby("round").weight.mean()
