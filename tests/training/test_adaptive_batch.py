@@ -8,11 +8,17 @@ import numpy as np
 import pytest
 import torch
 
+from repro.params import ParameterError, resolve
+from repro.registry import load_registry
 from repro.training.batch_schedule import BatchController, BatchSchedule
 from repro.training.chapters import adaptive_batch as driver
 
-SETUP = driver.BatchSetup(hidden=(16,), epochs=3, momentum=0.9, initial_lr=0.02, initial_batch=16, max_batch=64,
-                          medium_batch=32, interval=1, window=1, delta=0.02, warmup_steps=4, alphas=(1.0, 0.5))
+SETUP = driver.Params(hidden=(16,), epochs=3, momentum=0.9, lr_grid=(0.02, 0.1), validation_fraction=0.2,
+                      initial_batch=16, medium_batch=32, max_batch=64, interval=1, window=1, delta=0.02, warmup_steps=4,
+                      alphas=(1.0, 0.5), local_batch=16, sample_ms=1.0, sweep_sample_ms=(0.1, 1.0), alpha_us=5.0,
+                      bandwidth_gbs=10.0, ddp_batch=16, ddp_steps=3, tune_seeds=(100,), seeds=(0, 1), workers=1,
+                      device="cpu")
+CHAPTER = load_registry().get("adaptive-batch")
 
 
 @pytest.mark.parametrize("trigger", ["interval", "plateau"])
@@ -61,16 +67,42 @@ def test_every_sample_once_per_epoch_whatever_the_batch(batch):
     assert sorted(ids) == list(range(1000))
 
 
+def test_every_arm_is_tuned_on_the_same_grid_by_validation_accuracy():
+    tuning, rates = driver.tune(SETUP)
+    assert set(rates) == set(driver.arm_names(SETUP))
+    for name in driver.arm_names(SETUP):
+        tried = [r for r in tuning if r.arm == name]
+        assert sorted(r.lr for r in tried) == sorted(SETUP.lr_grid)
+        assert rates[name] == max(tried, key=lambda r: (r.val_accuracy, -r.lr)).lr
+
+
 def test_arm_runs_and_claims():
-    runs = driver.sweep(SETUP, [0])
-    assert {r.arm for r in runs} == {a.name for a in driver.arms(SETUP)}
+    rates = {a: 0.02 for a in driver.arm_names(SETUP)}
+    runs = driver.sweep(SETUP, rates)
+    results = driver.Results(params=SETUP, tuning=(), rates=rates, runs=tuple(runs), ddp_diff=0.0, chance=10.6)
     ad = next(r for r in runs if r.arm == "adaptive interval, alpha=1")
     assert ad.batch_per_epoch == (16, 32, 64)
     small = next(r for r in runs if r.arm == "fixed 16")
-    assert small.steps == SETUP.epochs * int(np.ceil(small.n_train / 16))
-    vals = driver.claims(runs, SETUP, 16, 1e-3, driver.Network(), 0.0)
-    assert vals["step_reduction"][0] > 0 and vals["modelled_speedup"][0] > 1
+    assert small.steps == SETUP.epochs * int(np.ceil(small.n_train / 16)) and small.n_train == SETUP.n_train
+    vals = driver.claims(results)
+    assert set(vals) == {c.id for c in CHAPTER.claims}
+    assert len(vals["step_reduction"]) == 1 and vals["step_reduction"][0] > 0  # deterministic: recorded once
+    assert len(vals["modelled_speedup"]) == 1 and vals["modelled_speedup"][0] > 1
+    gap = vals["large_batch_gap"]
+    assert set(gap.arms) == {"fixed 16", "fixed 64"} and gap.trivial == 10.6 and len(gap.values) == 2
+
+
+@pytest.mark.parametrize("override,name", [
+    ({"medium_batch": 8}, "medium_batch"),
+    ({"max_batch": 96}, "max_batch"),
+    ({"max_batch": 2048, "medium_batch": 64}, "max_batch"),
+    ({"ddp_batch": 31}, "ddp_batch"),
+    ({"tune_seeds": [0]}, "tune_seeds"),
+])
+def test_impossible_combinations_are_refused_before_any_work(override, name):
+    with pytest.raises(ParameterError, match=repr(name)):
+        resolve(CHAPTER, "smoke", override)
 
 
 def test_two_ranks_with_half_batches_equal_one_process():
-    assert driver.ddp_check(replace(SETUP, hidden=(8,)), 16, 3) < 1e-5
+    assert driver.ddp_check(replace(SETUP, hidden=(8,)), 0.02) < 1e-5
