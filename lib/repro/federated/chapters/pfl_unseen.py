@@ -581,6 +581,12 @@ def claims(results: Results) -> dict[str, Evidence | list[float]]:
     }
 
 
+def unseen_means(results: Results) -> dict[str, float]:
+    """Every method's mean unseen-client accuracy over seeds (percent), in :data:`METHODS` order."""
+    means = results.final.groupby("method").unseen_accuracy.mean()
+    return {m: float(means[m]) for m in METHODS}
+
+
 def held_out_gain(results: Results) -> float:
     """The hypernetwork's mean gain over FedAvg on the unseen clients of the held-out shift group (points)."""
     c = results.clients
