@@ -17,6 +17,7 @@ from repro.collectives.algorithms import build_schedule, closed_form_cost
 from repro.collectives.chapters import a2a_2dfc, dln_allreduce, hamming_fec, multileader_allreduce
 from repro.collectives.sweep import build_platform
 from repro.hpc.ir import link_bytes
+from repro.hpc.platforms import GpuClusterSettings
 from repro.registry import load_registry
 
 
@@ -181,8 +182,8 @@ def test_params_checks_refuse_inconsistent_parameters(chapter: str, override: di
 
 def test_multileader_constant_sweep_follows_the_adapters() -> None:
     """The multi-leader saving comes from using every adapter of a node: it shrinks when the leaders share one."""
-    kw = dict(nvlink_bandwidth=50e9, pcie_bandwidth=16e9, nic_bandwidth=12.5e9, nics_per_node=2)
-    sweep = multileader_allreduce.constant_sweep(4, 4, 16.0, kw, nvlink_gbs=[25.0, 200.0], nics=[1, 4])
+    links = GpuClusterSettings(nvlink_bandwidth=50e9, pcie_bandwidth=16e9, nic_bandwidth=12.5e9, nics_per_node=2)
+    sweep = multileader_allreduce.constant_sweep(4, 4, 16.0, links, nvlink_gbs=[25.0, 200.0], nics=[1, 4])
     lrlr = sweep[sweep.claim == "lr_lr_vs_lr"].set_index(["constant", "value"]).saving_pct
     assert lrlr[("nics_per_node", 4)] > lrlr[("nics_per_node", 1)]
     assert lrlr[("nvlink_gbs", 200.0)] > lrlr[("nvlink_gbs", 25.0)]

@@ -21,10 +21,10 @@ from repro.collectives.congestion import (
     step_link_flows,
 )
 from repro.collectives.cost import halving_doubling_closed_form, hierarchical_closed_form
-from repro.hpc.platforms import distributed_loop, fat_tree, gpu_cluster, loop_offsets, loop_path
+from repro.hpc.platforms import GpuClusterSettings, distributed_loop, fat_tree, gpu_cluster, loop_offsets, loop_path
 from repro.hpc.simgrid import simgrid_available, simulate
 
-GPU_KW = dict(nvlink_bandwidth=50e9, pcie_bandwidth=16e9, nic_bandwidth=12.5e9, nics_per_node=2)
+GPU_LINKS = GpuClusterSettings(nvlink_bandwidth=50e9, pcie_bandwidth=16e9, nic_bandwidth=12.5e9, nics_per_node=2)
 
 
 # ------------------------------------------------------------------ GPU cluster
@@ -34,7 +34,7 @@ def test_gpu_cluster_routes(nodes: int, k: int, nics: int) -> None:
 
     Inter-node routes are GPU->PCIe->NIC->fabric->NIC->PCIe, and GPU l sits behind NIC l // (k / nics).
     """
-    pf = gpu_cluster(nodes, k, nics_per_node=nics)
+    pf = gpu_cluster(nodes, k, GpuClusterSettings(nics_per_node=nics))
     pf.check()
     assert len(pf.hosts) == nodes * k
     per_nic = k // nics
@@ -51,10 +51,25 @@ def test_gpu_cluster_routes(nodes: int, k: int, nics: int) -> None:
 
 
 @pytest.mark.parametrize("kwargs,name", [(dict(nodes=0, gpus_per_node=4), "nodes"),
-                                         (dict(nodes=2, gpus_per_node=4, nics_per_node=3), "nics_per_node")])
+                                         (dict(nodes=2, gpus_per_node=4,
+                                               settings=GpuClusterSettings(nics_per_node=3)), "nics_per_node")])
 def test_gpu_cluster_rejects_bad_input(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         gpu_cluster(**kwargs)
+
+
+def test_gpu_cluster_settings_set_every_link() -> None:
+    """Each constant of the settings record lands on its links (and the defaults are the record's own)."""
+    links = GpuClusterSettings(nvlink_bandwidth=1e9, nvlink_latency=2e-6, pcie_bandwidth=3e9, pcie_latency=4e-6,
+                               nic_bandwidth=5e9, nic_latency=6e-6, nics_per_node=1, switch_latency=7e-6, switch_hops=2)
+    pf = gpu_cluster(2, 2, links)
+    got = {name: (link.bandwidth, link.latency) for name, link in pf.links.items()}
+    assert got["nvl0_0->1"] == (1e9, 2e-6)
+    assert got["pcie0_1_up"] == (3e9, 4e-6)
+    assert got["nic1_0_down"] == (5e9, 6e-6)
+    assert got["ib_fabric"][1] == pytest.approx(2 * 7e-6)
+    assert pf.route_latency(0, 2) == pytest.approx(links.inter_node_latency)
+    assert gpu_cluster(2, 4).links["nic0_1_up"].bandwidth == GpuClusterSettings().nic_bandwidth
 
 
 @pytest.mark.parametrize("N,k", [(2, 4), (4, 4), (8, 2)])
@@ -63,8 +78,8 @@ def test_multileader_closed_forms_equal_route_model(N: int, k: int) -> None:
 
     The two-level closed forms of lr, lr_lr and lr_rab equal the step-by-step route-aware model.
     """
-    pf = gpu_cluster(N, k, **GPU_KW)
-    kw = dict(nodes=N, gpus_per_node=k, **GPU_KW)
+    pf = gpu_cluster(N, k, GPU_LINKS)
+    kw = dict(nodes=N, gpus_per_node=k, settings=GPU_LINKS)
     n = N * k * 1024  # divides evenly into every block
     for name, params in [("ring", {}), ("lr_lr", {"k": k}), ("lr_rab", {"k": k})]:
         sched = build_schedule(name, N * k, n, **params)
@@ -80,7 +95,7 @@ def test_lr_lr_injects_ring_volume_with_fewer_startups() -> None:
     """
     N, k, n = 4, 4, 4 * 4 * 64
     P = N * k
-    pf = gpu_cluster(N, k, **GPU_KW)
+    pf = gpu_cluster(N, k, GPU_LINKS)
     for name, params, steps, volume in [("ring", {}, 2 * (P - 1), 2 * (P - 1) * 4 * n // P),
                                         ("lr_lr", {"k": k}, 2 * (N - 1) + 2 * (k - 1), 2 * (N - 1) * 4 * n // N)]:
         sched = build_schedule(name, P, n, **params)
@@ -94,7 +109,7 @@ def test_lr_lr_injects_ring_volume_with_fewer_startups() -> None:
 def test_pipe_with_one_segment_moves_the_same_link_bytes() -> None:
     """lr_lr_pipe with S=1 has the same per-link byte counts as lr_lr; any S moves the same total."""
     N, k, n = 2, 4, 999
-    pf = gpu_cluster(N, k, **GPU_KW)
+    pf = gpu_cluster(N, k, GPU_LINKS)
     base = link_bytes_on_platform(build_schedule("lr_lr", N * k, n, k=k), pf)
     assert link_bytes_on_platform(build_schedule("lr_lr_pipe", N * k, n, k=k, segments=1), pf) == base
     for s in (2, 3, 4):
@@ -162,7 +177,7 @@ def test_congestion_cost_counts_shared_links() -> None:
 
 def test_link_energy() -> None:
     """Idle power for the whole run plus the dynamic share while busy (busy = bytes / bandwidth)."""
-    pf = gpu_cluster(2, 2, nics_per_node=1, nic_bandwidth=1e9)
+    pf = gpu_cluster(2, 2, GpuClusterSettings(nics_per_node=1, nic_bandwidth=1e9))
     sched = build_schedule("ring", 4, 1000)
     power = {"ib": LinkPower(peak_w=10.0, idle_fraction=0.5)}
     cls = lambda name: "ib" if name.startswith("nic") else None  # noqa: E731
@@ -187,7 +202,7 @@ def test_simgrid_agrees_with_route_model_on_gpu_cluster_and_dln() -> None:
 
     ``lr_lr`` / ``lr_rab`` on the GPU cluster, halving-doubling on the DLN with and without mitigation.
     """
-    pf = gpu_cluster(2, 4, **GPU_KW)
+    pf = gpu_cluster(2, 4, GPU_LINKS)
     for name in ("lr_lr", "lr_rab", "ring"):
         sched = build_schedule(name, 8, 1 << 20, **({"k": 4} if name != "ring" else {}))
         assert simulate(sched, pf, 4).time == pytest.approx(congestion_cost(sched, pf, 4), rel=1e-3)

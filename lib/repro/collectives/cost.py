@@ -28,6 +28,7 @@ from repro.collectives.allreduce import pipeline_offsets
 from repro.collectives.alltoall import resolve_grid
 from repro.collectives.phases import ceil_log2, pof2_floor
 from repro.hpc.ir import SUM, Schedule
+from repro.hpc.platforms import GpuClusterSettings
 
 
 def schedule_cost(schedule: Schedule, itemsize: int, alpha: float, beta: float,
@@ -199,6 +200,8 @@ def hierarchical_closed_form(name: str, kw: dict[str, Any], nbytes: float, k: in
                              segments: int | None = None) -> float:
     """Two-level alpha-beta time on a :func:`~repro.hpc.platforms.gpu_cluster`.
 
+    ``kw`` holds the builder's ``nodes``, ``gpus_per_node`` and ``settings``
+    (:class:`~repro.hpc.platforms.GpuClusterSettings`, its defaults when absent).
     Intra-node messages cost ``alpha_i + b/B_nvlink``; inter-node messages
     ``alpha_x + b * s / B_nic`` where ``alpha_x`` is the latency of the
     5-link route and ``s`` the number of concurrent flows that share one NIC
@@ -213,12 +216,11 @@ def hierarchical_closed_form(name: str, kw: dict[str, Any], nbytes: float, k: in
     Other algorithms give NaN (their time is read from the route-aware model).
     """
     N, kk = kw["nodes"], kw["gpus_per_node"]
+    links = kw.get("settings") or GpuClusterSettings()
     P = N * kk
-    a_i, b_i = kw.get("nvlink_latency", 1e-6), 1.0 / kw.get("nvlink_bandwidth", 50e9)
-    a_x = (2 * kw.get("pcie_latency", 5e-7) + 2 * kw.get("nic_latency", 5e-7)
-           + kw.get("switch_hops", 3) * kw.get("switch_latency", 1e-7))
-    b_x = 1.0 / min(kw.get("nic_bandwidth", 12.5e9), kw.get("pcie_bandwidth", 16e9))
-    share = kk // kw.get("nics_per_node", 2)
+    a_i, b_i = links.nvlink_latency, 1.0 / links.nvlink_bandwidth
+    a_x, b_x = links.inter_node_latency, links.inter_node_beta
+    share = kk // links.nics_per_node
     if name == "ring":
         return 2 * (P - 1) * (a_x + nbytes / P * b_x) if N > 1 else ring_cost(P, nbytes, a_i, b_i)
     if k is not None and k != kk:

@@ -475,10 +475,51 @@ def fat_tree(p: int, hosts_per_leaf: int, spines: int, bandwidth: float, latency
     return pf
 
 
-def gpu_cluster(nodes: int, gpus_per_node: int, *, nvlink_bandwidth: float = 50e9,  # noqa: PLR0913 - keyword-only link constants
-                nvlink_latency: float = 1e-6, pcie_bandwidth: float = 16e9, pcie_latency: float = 5e-7,
-                nic_bandwidth: float = 12.5e9, nic_latency: float = 5e-7, nics_per_node: int = 2,
-                switch_latency: float = 1e-7, switch_hops: int = 3) -> Platform:
+@dataclass(frozen=True, kw_only=True)
+class GpuClusterSettings:
+    """Link constants of a :func:`gpu_cluster` (bytes/s and seconds), one record instead of nine keywords.
+
+    The defaults are the TSUBAME3-like constants of the authors' platform
+    generator as summarised in spec ``multileader-allreduce`` (NVLink 50 GB/s,
+    PCIe switch 16 GB/s, 100 Gb/s InfiniBand, 100 ns per switch, 2 PLX switches
+    with one adapter each per node); the link latencies are our assumption.
+
+    Attributes
+    ----------
+    nvlink_bandwidth, nvlink_latency
+        Each directed GPU-to-GPU link inside a node.
+    pcie_bandwidth, pcie_latency
+        Each GPU's link to its PCIe switch (one per direction).
+    nic_bandwidth, nic_latency
+        Each PCIe switch's InfiniBand adapter (one link per direction), shared by the GPUs behind it.
+    nics_per_node
+        PCIe switches (with one adapter each) per node; must divide the GPUs per node.
+    switch_latency, switch_hops
+        The non-blocking fabric between nodes: ``switch_hops`` switches of ``switch_latency`` each.
+    """
+
+    nvlink_bandwidth: float = 50e9
+    nvlink_latency: float = 1e-6
+    pcie_bandwidth: float = 16e9
+    pcie_latency: float = 5e-7
+    nic_bandwidth: float = 12.5e9
+    nic_latency: float = 5e-7
+    nics_per_node: int = 2
+    switch_latency: float = 1e-7
+    switch_hops: int = 3
+
+    @property
+    def inter_node_latency(self) -> float:
+        """Latency of a route between two nodes: PCIe and adapter links at both ends plus the fabric."""
+        return 2 * self.pcie_latency + 2 * self.nic_latency + self.switch_hops * self.switch_latency
+
+    @property
+    def inter_node_beta(self) -> float:
+        """Seconds per byte of an inter-node flow alone on its path (the slower of the PCIe and adapter links)."""
+        return 1.0 / min(self.nic_bandwidth, self.pcie_bandwidth)
+
+
+def gpu_cluster(nodes: int, gpus_per_node: int, settings: GpuClusterSettings | None = None) -> Platform:
     """GPU cluster: NVLink inside a node, PCIe switches and InfiniBand between nodes.
 
     Host ``g{m}_{l}`` is GPU ``l`` of node ``m`` (rank ``m*k + l``).  Inside a
@@ -491,30 +532,38 @@ def gpu_cluster(nodes: int, gpus_per_node: int, *, nvlink_bandwidth: float = 50e
     the mirror path down to the destination GPU.  GPU ``l`` sits behind PCIe
     switch ``l // (k / nics_per_node)``.
 
-    The defaults are the TSUBAME3-like constants of the authors' platform
-    generator as summarised in spec ``multileader-allreduce`` (NVLink 50 GB/s,
-    PCIe switch 16 GB/s, 100 Gb/s InfiniBand, 100 ns per switch, 4 GPUs and 2
-    PLX switches per node); the link latencies are our assumption.
+    Parameters
+    ----------
+    nodes, gpus_per_node
+        Nodes and GPUs (ranks) per node.
+    settings
+        The link constants (:class:`GpuClusterSettings`; its defaults when ``None``).
+
+    Raises
+    ------
+    ValueError
+        For fewer than one node or GPU, or ``nics_per_node`` not dividing ``gpus_per_node``.
     """
+    s = GpuClusterSettings() if settings is None else settings
     if nodes < 1 or gpus_per_node < 1:
         raise ValueError(f"nodes and gpus_per_node must be >= 1, got {nodes}, {gpus_per_node}")
-    if nics_per_node < 1 or gpus_per_node % nics_per_node:
-        raise ValueError(f"nics_per_node={nics_per_node} must divide gpus_per_node={gpus_per_node}")
-    k, per_nic = gpus_per_node, gpus_per_node // nics_per_node
+    if s.nics_per_node < 1 or gpus_per_node % s.nics_per_node:
+        raise ValueError(f"nics_per_node={s.nics_per_node} must divide gpus_per_node={gpus_per_node}")
+    k, per_nic = gpus_per_node, gpus_per_node // s.nics_per_node
     pf = Platform(name=f"gpu{nodes}x{k}", hosts=[f"g{m}_{g}" for m in range(nodes) for g in range(k)])
-    fabric = pf.add_link("ib_fabric", 1e15, switch_hops * switch_latency, "FATPIPE")
+    fabric = pf.add_link("ib_fabric", 1e15, s.switch_hops * s.switch_latency, "FATPIPE")
     for i, j in itertools.permutations(range(nodes * k), 2):
         (mi, li), (mj, lj) = divmod(i, k), divmod(j, k)
         if mi == mj:
-            pf.routes[(i, j)] = (pf.add_link(f"nvl{mi}_{li}->{lj}", nvlink_bandwidth, nvlink_latency),)
+            pf.routes[(i, j)] = (pf.add_link(f"nvl{mi}_{li}->{lj}", s.nvlink_bandwidth, s.nvlink_latency),)
             continue
         si, sj = li // per_nic, lj // per_nic
         pf.routes[(i, j)] = (
-            pf.add_link(f"pcie{mi}_{li}_up", pcie_bandwidth, pcie_latency),
-            pf.add_link(f"nic{mi}_{si}_up", nic_bandwidth, nic_latency),
+            pf.add_link(f"pcie{mi}_{li}_up", s.pcie_bandwidth, s.pcie_latency),
+            pf.add_link(f"nic{mi}_{si}_up", s.nic_bandwidth, s.nic_latency),
             fabric,
-            pf.add_link(f"nic{mj}_{sj}_down", nic_bandwidth, nic_latency),
-            pf.add_link(f"pcie{mj}_{lj}_down", pcie_bandwidth, pcie_latency),
+            pf.add_link(f"nic{mj}_{sj}_down", s.nic_bandwidth, s.nic_latency),
+            pf.add_link(f"pcie{mj}_{lj}_down", s.pcie_bandwidth, s.pcie_latency),
         )
     return pf
 

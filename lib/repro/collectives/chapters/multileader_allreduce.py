@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -30,8 +30,8 @@ from repro.collectives.algorithms import build_schedule, parse_spec
 from repro.collectives.congestion import LinkPower, link_energy
 from repro.collectives.exactness import ExactnessResults, algorithm_exactness
 from repro.collectives.figures import SeriesStyle, bars, comparison_table, sim_vs_model
-from repro.collectives.sweep import ELEMENT_BYTES, MiB, Point, build_platform, platform_key, run_points
-from repro.hpc.platforms import Platform
+from repro.collectives.sweep import ELEMENT_BYTES, MiB, PlatformKey, Point, build_platform, platform_key, run_points
+from repro.hpc.platforms import GpuClusterSettings, Platform
 from repro.params import ChapterParams, require
 from repro.registry import load_registry
 from repro.verdicts import in_band
@@ -77,15 +77,14 @@ class Params(ChapterParams):
                     for mb in self.sizes_mb for n in self.nodes), self, ("sizes_mb", "nodes", "segments"),
                 "every vector must hold at least one float32 element per rank and pipeline segment")
 
-    def platform_kw(self) -> dict[str, Any]:
-        """The cluster's constants as :func:`~repro.hpc.platforms.gpu_cluster` takes them (bytes/s)."""
-        return dict(nics_per_node=self.nics_per_node, nvlink_bandwidth=self.nvlink_gbs * 1e9,
-                    pcie_bandwidth=self.pcie_gbs * 1e9, nic_bandwidth=self.ib_gbs * 1e9)
+    def settings(self) -> GpuClusterSettings:
+        """The cluster's link constants as :func:`~repro.hpc.platforms.gpu_cluster` takes them (bytes/s)."""
+        return GpuClusterSettings(nics_per_node=self.nics_per_node, nvlink_bandwidth=self.nvlink_gbs * 1e9,
+                                  pcie_bandwidth=self.pcie_gbs * 1e9, nic_bandwidth=self.ib_gbs * 1e9)
 
     def platform(self, nodes: int) -> Platform:
         """The cluster of ``nodes`` nodes."""
-        return build_platform(platform_key("gpu_cluster", nodes=nodes, gpus_per_node=self.gpus_per_node,
-                                           **self.platform_kw()))
+        return build_platform(cluster_key(nodes, self.gpus_per_node, self.settings()))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -119,12 +118,12 @@ class Results(ExactnessResults):
 def run(params: Params) -> Results:
     """The sweep, its network energy, the constant sweeps at the judged configuration and the MPI check."""
     prm = params
-    kw = prm.platform_kw()
+    links = prm.settings()
     df = run_points(points(prm), prm.workers, desc="simulations")
-    df = add_energy(df, prm.gpus_per_node, **kw)
+    df = add_energy(df, prm.gpus_per_node, links)
     judged = df[np.isfinite(df.sim_s) & (df.nodes == prm.judged_nodes) & (df.nbytes == int(prm.judged_mb * MiB))]
-    sweep = pd.concat([constant_sweep(prm.judged_nodes, prm.gpus_per_node, prm.judged_mb, kw, workers=prm.workers),
-                       idle_power_sweep(judged, prm.gpus_per_node, kw)], ignore_index=True)
+    sweep = pd.concat([constant_sweep(prm.judged_nodes, prm.gpus_per_node, prm.judged_mb, links, workers=prm.workers),
+                       idle_power_sweep(judged, prm.gpus_per_node, links)], ignore_index=True)
     mpi = algorithm_exactness(specs(prm.gpus_per_node, prm.segments, ["ring"]), prm.mpi_ranks, [prm.mpi_length],
                               MPI_DTYPES)
     return Results(params=prm, table=df, sweep=sweep, exactness=mpi)
@@ -139,6 +138,11 @@ TSUBAME_LINK_POWER = {
 """Peak power per directed link (idle = 85% of peak), from the authors' TSUBAME3 platform constants
 as summarised in spec ``multileader-allreduce`` (edge switch 408 W / 48 ports, spine 11600 W / 768 ports,
 NVLink 11.2 W, PCIe 1 W)."""
+
+
+def cluster_key(nodes: int, gpus_per_node: int, settings: GpuClusterSettings) -> PlatformKey:
+    """The platform key of a :func:`~repro.hpc.platforms.gpu_cluster` of ``nodes`` nodes."""
+    return platform_key("gpu_cluster", nodes=nodes, gpus_per_node=gpus_per_node, settings=settings)
 
 
 def gpu_link_class(name: str) -> str | None:
@@ -162,10 +166,10 @@ def points(prm: Params) -> list[Point]:
     SimGrid runs at ``sim_sizes_mb`` only; the two alpha-beta models at every size.
     """
     nodes, gpus_per_node, sizes_mb, sim_sizes_mb = prm.nodes, prm.gpus_per_node, prm.sizes_mb, prm.sim_sizes_mb
-    segments, baselines, platform_kw = prm.segments, prm.baselines, prm.platform_kw()
+    segments, baselines, links = prm.segments, prm.baselines, prm.settings()
     pts = []
     for N in nodes:
-        key = platform_key("gpu_cluster", nodes=N, gpus_per_node=gpus_per_node, **platform_kw)
+        key = cluster_key(N, gpus_per_node, links)
         for spec in specs(gpus_per_node, segments, baselines):
             for mb in sizes_mb:
                 pts.append(Point(platform=key, spec=spec, p=N * gpus_per_node, nbytes=int(mb * MiB), simulate=mb in sim_sizes_mb,
@@ -180,10 +184,11 @@ IDLE_FRACTION_SWEEP = (0.0, 0.25, 0.5, 0.85, 1.0)
 """Idle shares of peak link power of the energy sweep (0.85 is the chapter's assumption)."""
 
 
-def add_energy(df: pd.DataFrame, gpus_per_node: int, power: Mapping[str, LinkPower] | None = None,
-               **platform_kw: Any) -> pd.DataFrame:
+def add_energy(df: pd.DataFrame, gpus_per_node: int, settings: GpuClusterSettings,
+               power: Mapping[str, LinkPower] | None = None) -> pd.DataFrame:
     """Add ``energy_J``: network energy of every simulated row (links draw idle power for the run).
 
+    The rows' platforms are :func:`~repro.hpc.platforms.gpu_cluster` s with ``settings``;
     ``power`` defaults to :data:`TSUBAME_LINK_POWER`.
     """
     power = TSUBAME_LINK_POWER if power is None else power
@@ -193,7 +198,7 @@ def add_energy(df: pd.DataFrame, gpus_per_node: int, power: Mapping[str, LinkPow
         if not np.isfinite(row.sim_s):
             energy.append(float("nan"))
             continue
-        key = platform_key("gpu_cluster", nodes=row.nodes, gpus_per_node=gpus_per_node, **platform_kw)
+        key = cluster_key(row.nodes, gpus_per_node, settings)
         name, params = parse_spec(row.algorithm)
         sched = build_schedule(name, row.p, row.nbytes // ELEMENT_BYTES, **params)
         energy.append(link_energy(sched, build_platform(key), row.sim_s, power,
@@ -228,12 +233,12 @@ def claims(results: Results) -> dict[str, list[float]]:
     }
 
 
-def constant_sweep(nodes: int, gpus_per_node: int, size_mb: float, platform_kw: Mapping[str, Any],
+def constant_sweep(nodes: int, gpus_per_node: int, size_mb: float, settings: GpuClusterSettings,
                    nvlink_gbs: Sequence[float] = NVLINK_SWEEP_GBS, nics: Sequence[int] | None = None,
                    workers: int = 1) -> pd.DataFrame:
     """Time saved by ``lr_lr`` and ``lr_rab`` against ``ring`` while one assumed constant moves.
 
-    Each variant changes one constant of ``platform_kw`` (NVLink bandwidth, or
+    Each variant changes one constant of ``settings`` (NVLink bandwidth, or
     adapters per node) and evaluates the route-aware alpha-beta model, which
     the chapter checks against SimGrid on the simulated points.
 
@@ -241,8 +246,8 @@ def constant_sweep(nodes: int, gpus_per_node: int, size_mb: float, platform_kw: 
     ----------
     nodes, gpus_per_node, size_mb
         The platform size and the vector size of the sweep.
-    platform_kw
-        The run's own platform constants (``nvlink_bandwidth`` in B/s, ``nics_per_node`` ...).
+    settings
+        The run's own link constants (:class:`~repro.hpc.platforms.GpuClusterSettings`).
     nvlink_gbs
         NVLink bandwidths to try, GB/s.
     nics
@@ -257,19 +262,19 @@ def constant_sweep(nodes: int, gpus_per_node: int, size_mb: float, platform_kw: 
         (``lr_lr_vs_lr`` or ``lr_rab_vs_lr``) and ``saving_pct``.
     """
     nics = [n for n in range(1, gpus_per_node + 1) if gpus_per_node % n == 0] if nics is None else list(nics)
-    variants = ([("nvlink_gbs", v, {**platform_kw, "nvlink_bandwidth": v * 1e9}) for v in nvlink_gbs]
-                + [("nics_per_node", n, {**platform_kw, "nics_per_node": n}) for n in nics])
+    variants = ([("nvlink_gbs", v, dataclasses.replace(settings, nvlink_bandwidth=v * 1e9)) for v in nvlink_gbs]
+                + [("nics_per_node", n, dataclasses.replace(settings, nics_per_node=n)) for n in nics])
     k = gpus_per_node
     pts = [
         Point(
-            platform=platform_key("gpu_cluster", nodes=nodes, gpus_per_node=k, **kw),
+            platform=cluster_key(nodes, k, links),
             spec=spec,
             p=nodes * k,
             nbytes=int(size_mb * MiB),
             simulate=False,
             tags=(("constant", name), ("value", value)),
         )
-        for name, value, kw in variants
+        for name, value, links in variants
         for spec in ("ring", f"lr_lr:k={k}", f"lr_rab:k={k}")
     ]
     df = run_points(pts, workers, desc="constant sweep")
@@ -284,7 +289,8 @@ def constant_sweep(nodes: int, gpus_per_node: int, size_mb: float, platform_kw: 
 
 
 def idle_power_sweep(
-    df: pd.DataFrame, gpus_per_node: int, platform_kw: Mapping[str, Any], idle_fractions: Sequence[float] = IDLE_FRACTION_SWEEP
+    df: pd.DataFrame, gpus_per_node: int, settings: GpuClusterSettings,
+    idle_fractions: Sequence[float] = IDLE_FRACTION_SWEEP
 ) -> pd.DataFrame:
     """Network energy saved by ``lr_lr`` and ``lr_rab`` against ``ring`` for each idle share of link power.
 
@@ -302,7 +308,7 @@ def idle_power_sweep(
     rows = []
     for idle in idle_fractions:
         power = {cls: dataclasses.replace(lp, idle_fraction=idle) for cls, lp in TSUBAME_LINK_POWER.items()}
-        e = add_energy(big, gpus_per_node, power, **platform_kw).set_index("algorithm").energy_J
+        e = add_energy(big, gpus_per_node, settings, power).set_index("algorithm").energy_J
         for claim, spec in (("energy_lr_lr_vs_lr", f"lr_lr:k={k}"), ("energy_lr_rab_vs_lr", f"lr_rab:k={k}")):
             rows.append(
                 dict(constant="idle_fraction", value=idle, claim=claim, saving_pct=float(100.0 * (1.0 - e[spec] / e["ring"])))

@@ -27,7 +27,7 @@ from repro.collectives.mpi_worker import launch_worker
 from repro.collectives.npb_skeletons import trace_schedule
 from repro.hpc.dragonfly import with_endpoint_overhead
 from repro.hpc.ir import Schedule
-from repro.hpc.platforms import Platform, gpu_cluster
+from repro.hpc.platforms import GpuClusterSettings, Platform, gpu_cluster
 from repro.hpc.simgrid import simulate
 from repro.params import ChapterParams, require
 
@@ -84,10 +84,11 @@ class ClusterModel:
             raise ValueError(f"nodes and k must be >= 1, got nodes={self.nodes}, k={self.k}")
         nics = 2 if self.k % 2 == 0 else 1
         gb = 1e9
-        pf = gpu_cluster(self.nodes, self.k, nvlink_bandwidth=self.nvlink_gbs * gb,
-                         nvlink_latency=self.nvlink_us * 1e-6, pcie_bandwidth=self.pcie_gbs * gb, pcie_latency=0.0,
-                         nic_bandwidth=self.nic_gbs * gb / nics, nic_latency=self.nic_us * 1e-6,
-                         nics_per_node=nics, switch_latency=self.switch_us * 1e-6, switch_hops=1)
+        links = GpuClusterSettings(nvlink_bandwidth=self.nvlink_gbs * gb, nvlink_latency=self.nvlink_us * 1e-6,
+                                   pcie_bandwidth=self.pcie_gbs * gb, pcie_latency=0.0,
+                                   nic_bandwidth=self.nic_gbs * gb / nics, nic_latency=self.nic_us * 1e-6,
+                                   nics_per_node=nics, switch_latency=self.switch_us * 1e-6, switch_hops=1)
+        pf = gpu_cluster(self.nodes, self.k, links)
         return with_endpoint_overhead(pf, self.alpha_us * 1e-6)
 
 
