@@ -249,6 +249,69 @@ def test_hamming_modelled_claim_far_below_the_paper_is_outside_the_band() -> Non
     assert judge(claim, [1.73], profile="cpu").verdict == MODELLED_OUTSIDE
 
 
+def test_sparse_constant_sweep_moves_one_constant_and_keeps_the_run_at_factor_one() -> None:
+    """The modelled speed-ups are swept over the NIC bandwidth and the start-up.
+
+    At the run's own constants the sweep also carries SimGrid's values, and a faster NIC shrinks the gain of
+    sending fewer bytes.
+    """
+    from repro.collectives.chapters import sparse_allreduce
+
+    prm = _params("sparse-allreduce")
+    sweep = sparse_allreduce.constant_sweep(prm)
+    assert set(sweep.constant) == {"nic_gbs", "alpha_us"} and set(sweep.claim) == set(sparse_allreduce.SPEEDUP_CLAIMS)
+    own = sweep[np.isclose(sweep.value, prm.nic_gbs) & (sweep.constant == "nic_gbs")]
+    assert own.sim.notna().all() and sweep[sweep.value == 4 * prm.nic_gbs].sim.isna().all()
+    dense = sweep[(sweep.constant == "nic_gbs") & (sweep.claim == "rr_speedup_vs_dense_low_density")]
+    assert dense.model.iloc[-1] < dense.model.iloc[0]  # 4x the NIC bandwidth: less to gain from fewer bytes
+
+
+def _hamming_runs(compute_s: float) -> pd.DataFrame:
+    """Two kernels at the judged placement: RS and Hamming communication 2 s and 1 s, ``compute_s`` of computation."""
+    rows = []
+    for kernel in ("CG", "LU"):
+        for code, comm, hop in (("rs544", 2.0, 163.6), ("hamming_secded", 1.0, 3.7)):
+            rows.append(dict(kernel=kernel, seed=0, code=code, hop_ns=hop, comm_s=comm, compute_s=compute_s,
+                             time_s=comm + compute_s))
+    return pd.DataFrame(rows)
+
+
+def test_hamming_rs_over_switch_is_modelled_and_swept_over_the_decode_latency() -> None:
+    """The RS-to-switch latency ratio is set by assumed constants: modelled (it was structural).
+
+    The ratio flips at the decode latency rs_switch_parity_ns gives.
+    """
+    claim = load_registry().get("hamming-fec").claim("rs_fec_vs_switch")
+    assert claim.kind == "modelled" and claim.deterministic
+    prm = _params("hamming-fec", rs_decode_ns=150.0, switch_ns=100.0, link_gbps=400.0)
+    parity = hamming_fec.rs_switch_parity_ns(prm.link())
+    assert parity == pytest.approx(100.0 - 5440 / 400.0)
+    res = hamming_fec.Results(params=prm, curves=pd.DataFrame(), monte_carlo=pd.DataFrame(), runs=_hamming_runs(2.0),
+                              improvements=pd.DataFrame(), acceptability=pd.DataFrame())
+    sweep = hamming_fec.decode_sweep(res, decode_ns=(parity - 1.0, parity + 1.0)).set_index("rs_decode_ns")
+    assert 150.0 in sweep.index  # the run's own value is always evaluated
+    assert sweep.rs_over_switch.loc[parity - 1.0] < 1.0 < sweep.rs_over_switch.loc[parity + 1.0]
+
+
+def test_hamming_compute_sweep_moves_only_the_computation() -> None:
+    """At rate r the computation is the run's times (run rate / r); the communication stays as simulated."""
+    prm = _params("hamming-fec", gflops_per_rank=5.0)
+    res = hamming_fec.Results(params=prm, curves=pd.DataFrame(), monte_carlo=pd.DataFrame(), runs=_hamming_runs(2.0),
+                              improvements=pd.DataFrame(), acceptability=pd.DataFrame())
+    sweep = hamming_fec.compute_sweep(res, rates=(10.0,)).set_index("gflops_per_rank")
+    assert sweep.run_pct.loc[5.0] == pytest.approx(100 * 1.0 / (2.0 + 2.0))  # the run's own rate
+    assert sweep.run_pct.loc[10.0] == pytest.approx(100 * 1.0 / (2.0 + 1.0))
+    assert sweep.comm_share_pct.loc[10.0] == pytest.approx(100 * 2.0 / 3.0)
+
+
+def test_hamming_monte_carlo_agreement_can_fail() -> None:
+    mc = pd.DataFrame({"z": [0.5, -1.0, 2.0]})
+    assert hamming_fec.monte_carlo_agrees(mc)
+    assert not hamming_fec.monte_carlo_agrees(mc.assign(z=[0.5, -1.0, 6.0]))
+    with pytest.raises(ValueError, match="no Monte-Carlo"):
+        hamming_fec.monte_carlo_agrees(mc.iloc[:0])
+
+
 def test_sparse_claims_read_the_judged_density() -> None:
     """The speed-ups are read at judged_density (not at the lowest density), the overhead at density 1."""
     from repro.collectives.chapters import sparse_allreduce
@@ -261,7 +324,7 @@ def test_sparse_claims_read_the_judged_density() -> None:
                      dict(algorithm="sparse_split_ag", density=dens, seed=seed, time_s=split_t)]
     prm = _params("sparse-allreduce", densities=[1.0, 0.5, 0.25], judged_density=0.5)
     got = sparse_allreduce.claims(sparse_allreduce.Results(params=prm, table=pd.DataFrame(rows),
-                                                           exactness=pd.DataFrame()))
+                                                           exactness=pd.DataFrame(), sweep=pd.DataFrame()))
     assert got["rr_speedup_vs_dense_low_density"] == [2.0, 2.0]
     assert got["rr_overhead_at_density_1"] == [pytest.approx(1.1)] * 2
     assert got["rr_speedup_vs_sparcml_low_density"] == [1.5, 1.5]

@@ -12,8 +12,12 @@
 * :func:`claims`: the values the ledger records, one per claim: the network is
   simulated deterministically, so every claim is judged at one named
   configuration (ranks in order on the fat tree, placement 0); other placements
-  and the swept constants are figures.  :func:`plot_ber`, :func:`plot_npb`,
-  :func:`plot_sensitivity` and :func:`plot_acceptance`: the figures.
+  and the swept constants are figures.  The claims are modelled: :func:`decode_sweep`
+  moves the assumed RS decode latency (the run-time reduction and the RS-to-switch
+  latency ratio), :func:`compute_sweep` the assumed computation rate, and
+  :func:`rs_switch_parity_ns` gives the decode latency at which RS stops costing more
+  than the switch.  :func:`plot_ber`, :func:`plot_npb`, :func:`plot_sensitivity` and
+  :func:`plot_acceptance`: the figures.
 
 :class:`Params` holds the chapter's parameters; :func:`run` runs the chapter and
 returns :class:`Results`.
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from scipy import stats
 from tqdm import tqdm
 
 from repro.collectives import fec
@@ -34,6 +39,7 @@ from repro.hpc.dragonfly import with_endpoint_overhead
 from repro.hpc.simgrid import simulate
 from repro.params import ChapterParams, require
 from repro.registry import BAND, load_registry
+from repro.verdicts import in_band
 
 CHAPTER = "hamming-fec"
 JUDGED_PLACEMENT = 0
@@ -45,6 +51,8 @@ BER_GRID = np.logspace(-12, -1.5, 60)
 """Raw bit error rates of the closed-form failure curves."""
 RS_DECODE_SWEEP_NS = (50.0, 100.0, 150.0, 250.0, 500.0, 1000.0)
 """RS decode latencies of the sensitivity figure (the run's own value is marked on it)."""
+GFLOPS_SWEEP = (1.0, 5.0, 20.0, 50.0, 200.0, 1000.0)
+"""Computation rates per rank (Gop/s) of the sensitivity figure (the run's own value is always added)."""
 
 
 def acceptance_bers(raw_ber: float) -> list[float]:
@@ -214,6 +222,18 @@ def monte_carlo_points(bers: list[float], frames: int, rs_codewords: int, seeds:
     return pd.DataFrame(rows)
 
 
+def monte_carlo_agrees(mc: pd.DataFrame, level: float = 0.95) -> bool:
+    """Whether every Monte-Carlo point lies within the closed form's two-sided ``level`` band, Bonferroni-corrected.
+
+    Each row's ``z`` is its deviation from the closed form in binomial standard errors; with ``n`` rows
+    the bound is the normal quantile at ``1 - (1 - level) / (2 n)``.
+    """
+    if mc.empty:
+        raise ValueError("no Monte-Carlo points")
+    bound = float(stats.norm.ppf(1 - (1 - level) / (2 * len(mc))))
+    return bool((mc.z.abs() <= bound).all())
+
+
 def npb_sweep(kernels: list[str], p: int, hosts_per_leaf: int, spines: int, link: LinkModel,
               gflops_per_rank: float, seeds: list[int], progress: bool = True) -> pd.DataFrame:
     """Run time of every kernel with RS and with Hamming (SECDED) FEC on every hop.
@@ -371,18 +391,52 @@ def decode_sweep(results: Results, decode_ns: tuple[float, ...] = RS_DECODE_SWEE
     Returns
     -------
     pandas.DataFrame
-        ``rs_decode_ns, run_pct, comm_pct`` and ``in_band`` (the run-time reduction over the paper's number in the
-        book's band, :data:`repro.registry.BAND`).
+        ``rs_decode_ns, run_pct, comm_pct``, ``in_band`` (the run-time reduction over the paper's number in the
+        book's band, :data:`repro.registry.BAND`) and ``rs_over_switch`` (the ``rs_fec_vs_switch`` claim's value
+        at that decode latency).
     """
     claim = load_registry().get(CHAPTER).claim("npb_mean_improvement")
+    link = results.params.link()
     judged = results.runs[results.runs.seed == JUDGED_PLACEMENT]
     rows = []
-    for ns in decode_ns:
-        imp = improvements(judged, ns, results.params.link())
+    for ns in sorted({*decode_ns, results.params.rs_decode_ns}):
+        imp = improvements(judged, ns, link)
         run_pct = float(imp.improvement_pct.mean())
-        ratio = claim.ratio(run_pct)
         rows.append(dict(rs_decode_ns=ns, run_pct=run_pct, comm_pct=float(imp.comm_improvement_pct.mean()),
-                         in_band=ratio is not None and BAND[0] <= ratio <= BAND[1]))
+                         in_band=in_band(claim.ratio(run_pct)),
+                         rs_over_switch=fec.fec_latency_ns("rs544", link.link_gbps, ns) / link.switch_ns
+                         if link.switch_ns > 0 else float("inf")))
+    return pd.DataFrame(rows)
+
+
+def rs_switch_parity_ns(link: LinkModel) -> float:
+    """The RS decode latency (ns) at which the per-hop RS latency equals the switch pipeline.
+
+    Below it the ``rs_fec_vs_switch`` claim fails; 0 when buffering the codeword alone already exceeds the switch.
+    """
+    return max(link.switch_ns - fec.fec_latency_ns("rs544", link.link_gbps, 0.0), 0.0)
+
+
+def compute_sweep(results: Results, rates: tuple[float, ...] = GFLOPS_SWEEP) -> pd.DataFrame:
+    """Mean run-time reduction at the judged placement for each assumed computation rate per rank.
+
+    The communication times stay as simulated; only the computation estimate (operations over the rate)
+    moves, so the figure shows how much of the gap to the paper the assumed rate explains.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``gflops_per_rank, run_pct, comm_share_pct`` and ``in_band`` (as in :func:`decode_sweep`).
+    """
+    claim = load_registry().get(CHAPTER).claim("npb_mean_improvement")
+    prm = results.params
+    judged = results.runs[results.runs.seed == JUDGED_PLACEMENT]
+    rows = []
+    for rate in sorted({*rates, prm.gflops_per_rank}):
+        imp = improvements(judged.assign(compute_s=judged.compute_s * prm.gflops_per_rank / rate))
+        run_pct = float(imp.improvement_pct.mean())
+        rows.append(dict(gflops_per_rank=rate, run_pct=run_pct, comm_share_pct=float(imp.comm_share_pct.mean()),
+                         in_band=in_band(claim.ratio(run_pct))))
     return pd.DataFrame(rows)
 
 
@@ -440,25 +494,39 @@ def plot_npb(results: Results) -> plt.Figure:
 
 
 def plot_sensitivity(results: Results) -> plt.Figure:
-    """Mean reduction over kernels (judged placement) against the assumed RS decode latency.
+    """How the modelled claims move with the constants we assumed (judged placement).
 
-    The band of run-time reductions that would count as matching the paper (the book's band, from the
-    registry) is shaded, so the figure shows at which decode latency the verdict of
-    ``npb_mean_improvement`` would change.
+    Left: the mean reduction over kernels against the RS decode latency; middle: against the computation
+    rate per rank; the band of run-time reductions that would count as matching the paper (the book's band,
+    from the registry) is shaded, so the panels show where the verdict of ``npb_mean_improvement`` would
+    change.  Right: the RS hop latency over the switch pipeline (``rs_fec_vs_switch``) against the decode
+    latency, with the line where that claim flips.
     """
-    sweep = decode_sweep(results)
+    prm = results.params
+    decode, compute = decode_sweep(results), compute_sweep(results)
     paper_value = load_registry().get(CHAPTER).claim("npb_mean_improvement").paper_value
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    ax.plot(sweep.rs_decode_ns, sweep.run_pct, "-o", label="run time")
-    ax.plot(sweep.rs_decode_ns, sweep.comm_pct, "-s", label="communication only")
-    ax.axvline(results.params.rs_decode_ns, color="grey", ls=":", label="this run's assumption")
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(14, 3.6))
+    ax.plot(decode.rs_decode_ns, decode.run_pct, "-o", label="run time")
+    ax.plot(decode.rs_decode_ns, decode.comm_pct, "-s", label="communication only")
+    ax.axvline(prm.rs_decode_ns, color="grey", ls=":", label="this run's assumption")
+    bx.plot(compute.gflops_per_rank, compute.run_pct, "-o", label="run time")
+    bx.axvline(prm.gflops_per_rank, color="grey", ls=":", label="this run's assumption")
     if paper_value is not None:
-        ax.axhspan(BAND[0] * paper_value, BAND[1] * paper_value, color="crimson", alpha=0.12,
-                   label=f"{BAND[0]:g}–{BAND[1]:g}× the paper's {paper_value:g}%")
-    ax.set_xscale("log")
-    ax.set_xlabel("RS decode latency per hop (ns)")
-    ax.set_ylabel("mean reduction (%)")
-    ax.legend(fontsize=8)
+        for a in (ax, bx):
+            a.axhspan(BAND[0] * paper_value, BAND[1] * paper_value, color="crimson", alpha=0.12,
+                      label=f"{BAND[0]:g}–{BAND[1]:g}× the paper's {paper_value:g}%")
+    for a, xlabel in ((ax, "RS decode latency per hop (ns)"), (bx, "computation rate per rank (Gop/s)")):
+        a.set_xscale("log")
+        a.set_xlabel(xlabel)
+        a.set_ylabel("mean reduction (%)")
+        a.legend(fontsize=7)
+    claim = load_registry().get(CHAPTER).claim("rs_fec_vs_switch")
+    cx.plot(decode.rs_decode_ns, decode.rs_over_switch, "-o")
+    cx.axhline(claim.null_value, color="crimson", ls="--",
+               label=f"claim flips (RS decode {rs_switch_parity_ns(prm.link()):.0f} ns)")
+    cx.axvline(prm.rs_decode_ns, color="grey", ls=":", label="this run's assumption")
+    cx.set(xscale="log", xlabel="RS decode latency per hop (ns)", ylabel="RS hop latency / switch pipeline")
+    cx.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
