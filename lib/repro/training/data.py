@@ -140,12 +140,13 @@ def generated_split(spec: GeneratedSet, seed: int) -> Split:
                                n_redundant=0, n_classes=spec.n_classes, n_clusters_per_class=spec.n_clusters_per_class,
                                class_sep=spec.class_sep, flip_y=spec.flip_y, random_state=seed)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=spec.test_fraction, stratify=y, random_state=seed)
-    xva = yva = None
+    val_part: tuple[np.ndarray, np.ndarray] | None = None
     if spec.validation_fraction > 0:
         _, n_val, _ = split_sizes(spec.n_samples, spec.test_fraction, spec.validation_fraction)
         xtr, xva, ytr, yva = train_test_split(xtr, ytr, test_size=n_val, stratify=ytr, random_state=seed)
+        val_part = (xva, yva)
     mu, sd = xtr.mean(0), xtr.std(0) + 1e-8
-    val = None if xva is None else IndexedDataset((xva - mu) / sd, yva)
+    val = None if val_part is None else IndexedDataset((val_part[0] - mu) / sd, val_part[1])
     return Split(train=IndexedDataset((xtr - mu) / sd, ytr), test=IndexedDataset((xte - mu) / sd, yte),
                  num_classes=spec.n_classes, val=val)
 

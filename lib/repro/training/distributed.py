@@ -138,16 +138,17 @@ def _exchange(ctx: RankContext, store: _LocalStore, old: tuple[np.ndarray, ...],
             continue
         incoming = np.intersect1d(old[w], new[me], assume_unique=True)
         if len(incoming):
-            ids = torch.empty(len(incoming), dtype=torch.int64)
-            xs = torch.empty((len(incoming), *store.x.shape[1:]), dtype=torch.float32)
-            ys = torch.empty(len(incoming), dtype=torch.int64)
-            for t in (ids, xs, ys):
+            ids_in = torch.empty(len(incoming), dtype=torch.int64)
+            xs_in = torch.empty((len(incoming), *store.x.shape[1:]), dtype=torch.float32)
+            ys_in = torch.empty(len(incoming), dtype=torch.int64)
+            for t in (ids_in, xs_in, ys_in):
                 dist.recv(t, w)
-            got_ids.append(ids.numpy())
-            got_x.append(xs.numpy())
-            got_y.append(ys.numpy())
+            got_ids.append(ids_in.numpy())
+            got_x.append(xs_in.numpy())
+            got_y.append(ys_in.numpy())
     for r in reqs:
-        r.wait()
+        if r is not None:
+            r.wait()
     return _LocalStore(np.concatenate(got_ids), np.concatenate(got_x), np.concatenate(got_y)), sent
 
 
@@ -185,6 +186,7 @@ def grouped_sgd_rank(ctx: RankContext, job: GroupedJob) -> RankReport:
     for t in range(len(job.plan)):
         if job.shards is not None and t > 0 and t % job.steps_per_epoch == 0:
             e = t // job.steps_per_epoch
+            assert store is not None  # set with the shards above
             store, sent = _exchange(ctx, store, job.shards[e - 1], job.shards[e])
             exchanged += sent
         ids = job.plan[t, g, s]
@@ -200,13 +202,17 @@ def grouped_sgd_rank(ctx: RankContext, job: GroupedJob) -> RankReport:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if layout.group_size > 1:
-            flat = torch.cat([p.grad.reshape(-1) for p in params])
+            grads = [p.grad for p in params]
+            if any(g is None for g in grads):
+                raise RuntimeError("a parameter has no gradient after the backward pass")
+            flat = torch.cat([g.reshape(-1) for g in grads if g is not None])
             dist.all_reduce(flat, group=layout.intra)
             counts["gradient_allreduce"] += flat.numel() * flat.element_size()
             flat /= layout.group_size
             off = 0
-            for p in params:
-                p.grad.copy_(flat[off:off + p.numel()].view_as(p))
+            for p, grad in zip(params, grads):
+                if grad is not None:
+                    grad.copy_(flat[off:off + p.numel()].view_as(p))
                 off += p.numel()
         opt.step()
         losses[t] = loss.item()

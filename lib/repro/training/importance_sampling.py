@@ -44,6 +44,6 @@ def importance_draw(losses: np.ndarray, generator: torch.Generator) -> Importanc
     else:
         score = losses + SMOOTHING * losses.mean() + 1e-12
         p = score / score.sum()
-    sampler = WeightedRandomSampler(torch.as_tensor(p, dtype=torch.double), num_samples=n, replacement=True,
+    sampler = WeightedRandomSampler(torch.as_tensor(p, dtype=torch.double), num_samples=n, replacement=True,  # type: ignore[arg-type]
                                     generator=generator)
     return ImportanceDraw(sampler=sampler, weights=1.0 / (n * p))

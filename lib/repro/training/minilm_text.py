@@ -157,7 +157,7 @@ class MiniLMClassifier(nn.Module):
     def __init__(self, encoder: nn.Module, n_classes: int, pad_id: int) -> None:
         super().__init__()
         self.encoder = encoder
-        self.head = nn.Linear(encoder.config.hidden_size, n_classes)
+        self.head = nn.Linear(int(encoder.config.hidden_size), n_classes)  # type: ignore[union-attr, arg-type]
         self.pad_id = pad_id
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -172,4 +172,4 @@ def minilm_classifier(n_classes: int, seed: int) -> tuple[object, MiniLMClassifi
     """The tokenizer and a MiniLM classifier whose head is initialised from ``seed``."""
     tokenizer, encoder = load_minilm()
     torch.manual_seed(seed)
-    return tokenizer, MiniLMClassifier(encoder, n_classes, int(tokenizer.pad_token_id))
+    return tokenizer, MiniLMClassifier(encoder, n_classes, int(tokenizer.pad_token_id))  # type: ignore[attr-defined]

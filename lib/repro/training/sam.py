@@ -170,7 +170,7 @@ def frozen_batchnorm_stats(model: nn.Module) -> Iterator[None]:
     finally:
         for m, (mom, count) in zip(bns, saved):
             m.momentum = mom
-            if count is not None:
+            if count is not None and m.num_batches_tracked is not None:
                 m.num_batches_tracked.copy_(count)
 
 
@@ -225,7 +225,7 @@ def sam_step(model: nn.Sequential, loss_fn: Callable[[torch.Tensor, torch.Tensor
     selected = tuple(sorted(selector(norms)))
     norm_s = float(np.sqrt(sum(norms[i] ** 2 for i in selected)))
     scale = config.rho / norm_s if norm_s > 0 else 0.0
-    saved: dict[torch.Tensor, torch.Tensor] = {}
+    saved: dict[nn.Parameter, torch.Tensor] = {}
     applied = 0.0
     with torch.no_grad():
         for i in selected:
@@ -238,7 +238,7 @@ def sam_step(model: nn.Sequential, loss_fn: Callable[[torch.Tensor, torch.Tensor
                 p.add_(eps)
     start = layers[selected[0]] if (config.truncated and selected) else 0
     chosen = {id(p) for i in selected for p in layer_params[i]}
-    first: dict[torch.Tensor, torch.Tensor | None] = {}
+    first: dict[nn.Parameter, torch.Tensor | None] = {}
     for b in blocks[start:]:
         for p in b.parameters():
             first[p] = None if p.grad is None else p.grad.detach().clone()

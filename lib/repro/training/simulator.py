@@ -101,6 +101,8 @@ class ReplicaBank(nn.Module):
                 self.weights.append(nn.Parameter(m.weight.detach().clone().expand(g, -1, -1).contiguous()))
                 self.weights.append(nn.Parameter(m.bias.detach().clone().expand(g, -1).contiguous()))
             elif isinstance(m, nn.BatchNorm1d):
+                if m.running_mean is None or m.running_var is None or m.momentum is None:
+                    raise TypeError("ReplicaBank needs BatchNorm1d with running statistics and a momentum")
                 k = len(self.momentum_bn)
                 self.kinds.append("bn")
                 self.weights.append(nn.Parameter(m.weight.detach().clone().expand(g, -1).contiguous()))

@@ -21,7 +21,7 @@ Baselines: LoRA from ``peft`` (:func:`lora_model`); BitFit (bias-only) is set up
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -152,7 +152,7 @@ def allocate(sizes: list[int], entropies: list[float], budget: int, rule: str) -
     return [int(v) for v in k]
 
 
-def build_masks(params: dict[str, torch.Tensor], grad_acc: dict[str, torch.Tensor], score_kind: str, allocator: str,
+def build_masks(params: Mapping[str, torch.Tensor], grad_acc: Mapping[str, torch.Tensor], score_kind: str, allocator: str,
                 budget: int, eps: float = 1e-8, seed: int = 0) -> dict[str, torch.Tensor]:
     """Top-``k_l`` masks per layer.
 

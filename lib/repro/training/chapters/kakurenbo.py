@@ -345,7 +345,7 @@ def hidden_fraction_figure(results: Results) -> plt.Figure:
     epochs = np.arange(params.epochs)
     ax.step(
         epochs,
-        [hiding.hidden_fraction(e, params.epochs, params.max_fraction) for e in epochs],
+        [hiding.hidden_fraction(int(e), params.epochs, params.max_fraction) for e in epochs],
         where="mid",
         color="k",
         ls="--",
