@@ -342,7 +342,8 @@ def tune(params: Params) -> Tuned:
         knob_choices = tuple(c for m in knobbed for c in one_value([m], params.knob_grid(m)[0]))
         return Tuned(lr=lr_choices, knob=knob_choices, runs=lr_runs.assign(stage="lr"))
     extra = [job(params, m, {**ref, "lr": lr[m], KNOBS[m]: v}, seed) for m in knobbed for v in params.knob_grid(m)[1:]]
-    done = execute(run_one, extra, w, desc="FedDCT tuning: knobs")
+    # under two runs per worker, in this process: spawning the workers would cost more CPU than it saves
+    done = execute(run_one, extra, w if len(extra) >= 2 * w else 1, desc="FedDCT tuning: knobs")
     reused = (lr_runs[lr_runs.method.isin(knobbed)] if len(lr_runs)
               else records_frame(execute(run_one, [job(params, m, {**ref, "lr": lr[m]}, seed) for m in knobbed], w,
                                          desc="FedDCT tuning: reference knobs"), RECORD_COLUMNS))
