@@ -23,7 +23,7 @@ from repro.federated.activation import ActivatedFedAvg, MultiMetricActivation, m
 from repro.federated.cadis import CADIS, make_kd_client_app
 from repro.federated.client import LocalSGD, make_client_app
 from repro.federated.engine import EvalFn, central_evaluator, initial_arrays, run_federated, snapshot
-from repro.federated.feddrl import DDPGWeights, make_loss_reporting_client_app
+from repro.federated.feddrl import DDPGSettings, DDPGWeights, make_loss_reporting_client_app
 from repro.federated.feddyn import FedDyn, make_feddyn_client_app
 from repro.federated.fedlama import FedLAMA
 from repro.federated.fedluar import FedLUAR, TopKSparsified
@@ -80,7 +80,8 @@ STRATEGIES: dict[str, tuple[Callable[[], SeededFedAvg], Callable[[TaskSpec], Cli
 
 # FedDRL (the agent acts and trains 10 steps a round once its buffer holds a batch) and CADIS (clustering)
 STRATEGIES["FedDRL (DDPG weights)"] = (
-    lambda: FlowerPolicyFedAvg(ACTIVE, LOCAL, DDPGWeights(ACTIVE, updates=10, batch_size=4, seed=0), seed=0),
+    lambda: FlowerPolicyFedAvg(ACTIVE, LOCAL,
+                               DDPGWeights(ACTIVE, updates=10, seed=0, settings=DDPGSettings(batch_size=4)), seed=0),
     make_loss_reporting_client_app)
 STRATEGIES["CADIS (clustered aggregation)"] = (
     lambda: CADIS(ACTIVE, LOCAL, SPEC.num_clients, f"fc{len(SPEC.hidden)}.weight", seed=0), make_kd_client_app)

@@ -12,6 +12,7 @@ from repro.federated.feddrl import (
     PRE_LOSS,
     ConstantActionWeights,
     DDPGAgent,
+    DDPGSettings,
     DDPGWeights,
     ReplayBuffer,
     action_to_weights,
@@ -101,8 +102,8 @@ def test_replay_buffer_is_fifo_with_fixed_capacity():
 def test_ddpg_learns_a_one_step_bandit():
     """Reward -(a - target)^2 with a constant state: the actor must move to the target."""
     target = np.array([0.8, -0.5], dtype=np.float32)
-    agent = DDPGAgent(2, 2, hidden=32, gamma=0.0, tau=0.05, lr_actor=3e-3, lr_critic=3e-3, sigma=0.3,
-                      batch_size=32, seed=0)
+    settings = DDPGSettings(hidden=32, gamma=0.0, tau=0.05, lr_actor=3e-3, lr_critic=3e-3, sigma=0.3, batch_size=32)
+    agent = DDPGAgent(2, 2, settings=settings, seed=0)
     s = np.ones(2, dtype=np.float32)
     for _ in range(400):
         a = agent.act(s)
@@ -112,7 +113,7 @@ def test_ddpg_learns_a_one_step_bandit():
 
 
 def test_ddpg_policy_weights_are_a_distribution_and_it_needs_every_client():
-    pol = DDPGWeights(3, beta=1.0, updates=2, batch_size=2, seed=0)
+    pol = DDPGWeights(3, beta=1.0, updates=2, seed=0, settings=DDPGSettings(batch_size=2))
     for rnd in range(1, 6):
         stats = [{"partition-id": p, PRE_LOSS: 1.0 + 0.1 * p * rnd, "train-loss": 0.5, "num-examples": 10}
                  for p in (2, 0, 1)]
@@ -135,3 +136,14 @@ def test_loss_reporting_client_trains_like_the_shared_client_and_reports_the_glo
     set_weights(model, snapshot(initial_arrays(SKEW, 0)))
     expected = [data_loss(model, *client_data(SKEW, p)) for p in range(6)]
     np.testing.assert_allclose(pol._last[0][:6], expected, rtol=1e-6)
+
+
+def test_the_agent_takes_its_hyper_parameters_as_one_keyword_only_record():
+    settings = DDPGSettings(hidden=8, action_scale=0.5, sigma=0.0, capacity=3, batch_size=2)
+    agent = DDPGAgent(4, 2, settings=settings, seed=1)
+    assert agent.batch_size == 2 and agent.buffer._items.maxlen == 3 and agent.actor[0].out_features == 8
+    assert np.abs(agent.act(np.ones(4, np.float32))).max() <= 0.5
+    with pytest.raises(TypeError):
+        DDPGAgent(4, 2, 8)  # the settings are keyword-only
+    with pytest.raises(ValueError, match="sigma"):
+        DDPGAgent(4, 2, settings=DDPGSettings(sigma=-1.0))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -134,13 +135,12 @@ def soft_update(target: torch.nn.Module, source: torch.nn.Module, tau: float) ->
                 t.mul_(1.0 - tau).add_(s, alpha=tau)
 
 
-class DDPGAgent:
-    """A small DDPG actor-critic for a ``state_dim -> action_dim`` continuous control problem.
+@dataclass(frozen=True, kw_only=True)
+class DDPGSettings:
+    """The DDPG agent's hyper-parameters (everything but the problem's sizes and the seed).
 
-    Parameters
+    Attributes
     ----------
-    state_dim, action_dim
-        Sizes of the state and the action.
     hidden
         Width of the two hidden layers of the actor and of the critic.
     action_scale
@@ -150,16 +150,39 @@ class DDPGAgent:
     lr_actor, lr_critic
         Adam learning rates.
     sigma
-        Standard deviation of the Gaussian exploration noise.
+        Standard deviation of the Gaussian exploration noise (in units of ``action_scale``).
     capacity, batch_size
         Replay buffer size and training batch.
+    """
+
+    hidden: int = 64
+    action_scale: float = 2.0
+    gamma: float = 0.9
+    tau: float = 0.01
+    lr_actor: float = 1e-3
+    lr_critic: float = 1e-3
+    sigma: float = 0.1
+    capacity: int = 5000
+    batch_size: int = 32
+
+
+class DDPGAgent:
+    """A small DDPG actor-critic for a ``state_dim -> action_dim`` continuous control problem.
+
+    Parameters
+    ----------
+    state_dim, action_dim
+        Sizes of the state and the action.
+    settings
+        The hyper-parameters (:class:`DDPGSettings`; its defaults when omitted).
     seed
         Seeds the networks, the noise and the batches.
     """
 
-    def __init__(self, state_dim: int, action_dim: int, hidden: int = 64, action_scale: float = 2.0,
-                 gamma: float = 0.9, tau: float = 0.01, lr_actor: float = 1e-3, lr_critic: float = 1e-3,
-                 sigma: float = 0.1, capacity: int = 5000, batch_size: int = 32, seed: int = 0) -> None:
+    def __init__(self, state_dim: int, action_dim: int, *, settings: DDPGSettings | None = None,
+                 seed: int = 0) -> None:
+        cfg = settings if settings is not None else DDPGSettings()
+        hidden, sigma = cfg.hidden, cfg.sigma
         if state_dim < 1 or action_dim < 1:
             raise ValueError(f"state_dim and action_dim must be >= 1, got {state_dim}, {action_dim}")
         if sigma < 0:
@@ -175,11 +198,11 @@ class DDPGAgent:
             head.weight.mul_(1e-3)
             head.bias.zero_()
         self.actor_target, self.critic_target = copy.deepcopy(self.actor), copy.deepcopy(self.critic)
-        self.opt_actor = torch.optim.Adam(self.actor.parameters(), lr=lr_actor)
-        self.opt_critic = torch.optim.Adam(self.critic.parameters(), lr=lr_critic)
-        self.buffer = ReplayBuffer(capacity)
-        self.action_scale, self.gamma, self.tau, self.sigma = action_scale, gamma, tau, sigma
-        self.batch_size = batch_size
+        self.opt_actor = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr_actor)
+        self.opt_critic = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
+        self.buffer = ReplayBuffer(cfg.capacity)
+        self.action_scale, self.gamma, self.tau, self.sigma = cfg.action_scale, cfg.gamma, cfg.tau, sigma
+        self.batch_size = cfg.batch_size
         self.rng = np.random.default_rng([seed, 0xDD96])
 
     def _policy(self, net: torch.nn.Module, s: torch.Tensor) -> torch.Tensor:
@@ -234,14 +257,17 @@ class DDPGWeights(AggregationWeightPolicy):
         Weight of the loss spread in the reward.
     updates
         Agent gradient steps per round.
-    **agent
-        Passed to :class:`DDPGAgent`.
+    seed
+        Seeds the agent.
+    settings
+        The agent's hyper-parameters (:class:`DDPGSettings`; its defaults when omitted).
     """
 
     name = "FedDRL (DDPG)"
 
-    def __init__(self, num_clients: int, beta: float = 1.0, updates: int = 10, seed: int = 0, **agent) -> None:
-        self.agent = DDPGAgent(3 * num_clients, num_clients, seed=seed, **agent)
+    def __init__(self, num_clients: int, beta: float = 1.0, updates: int = 10, seed: int = 0, *,
+                 settings: DDPGSettings | None = None) -> None:
+        self.agent = DDPGAgent(3 * num_clients, num_clients, settings=settings, seed=seed)
         self.num_clients, self.beta, self.updates = num_clients, beta, updates
         self._last: tuple[np.ndarray, np.ndarray] | None = None
         self.rewards: list[float] = []

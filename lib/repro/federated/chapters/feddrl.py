@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 
 from repro.federated.client import LocalSGD
 from repro.federated.engine import RunSummary, seed_differences
-from repro.federated.feddrl import DDPGWeights, make_loss_reporting_client_app
+from repro.federated.feddrl import DDPGSettings, DDPGWeights, make_loss_reporting_client_app
 from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
 from repro.federated.task import TaskSpec, available_train, majority_accuracy, planted_clusters
@@ -130,7 +130,8 @@ def run_one(job: FedDrlRun) -> FedDrlRecord:
     elif job.method == "fedprox":
         strat = SeededFedProx(k, local, seed=job.seed, mu=job.mu)
     else:
-        agent = DDPGWeights(k, beta=job.beta, updates=job.updates, sigma=job.sigma, seed=job.seed)
+        agent = DDPGWeights(k, beta=job.beta, updates=job.updates, seed=job.seed,
+                            settings=DDPGSettings(sigma=job.sigma))
         strat = FlowerPolicyFedAvg(k, local, agent, seed=job.seed)
     hist = job.simulate(strat, make_loss_reporting_client_app(job.spec, job.run_config))
     weights: tuple[tuple[float, ...], ...] = ()
