@@ -64,22 +64,6 @@ class Schedule:
     eval_every: int
     device: str = "cpu"
 
-    def job(self, aggregator: str, condition: str, level: float, seed: int, task: KeywordTask, lr: float,
-            server_lr: float, progress: str | None = None, scored_on: str = "test") -> AudioRun:
-        """One :class:`AudioRun` with this schedule."""
-        return AudioRun(
-            aggregator=aggregator,
-            condition=condition,
-            level=level,
-            seed=seed,
-            task=task,
-            lr=lr,
-            server_lr=server_lr,
-            schedule=self,
-            progress=progress,
-            scored_on=scored_on,
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
 class AudioRun:
@@ -269,7 +253,9 @@ def tune(
     if task.valid_clips < 1:
         raise ValueError("parameter 'task': tuning needs validation clips (valid_clips >= 1)")
     jobs = [
-        schedule.job(a, "clean", 0.0, tune_seed, task, c, s, scored_on="validation") for a in AGGREGATORS for c, s in grids[a]
+        AudioRun(aggregator=a, condition="clean", level=0.0, seed=tune_seed, task=task, lr=c, server_lr=s,
+                 schedule=schedule, scored_on="validation")
+        for a in AGGREGATORS for c, s in grids[a]
     ]
     done = parallel_map(run, jobs, workers, desc="tuning")
     tried = pd.DataFrame(
@@ -320,12 +306,16 @@ def sweep(
     curves : DataFrame
         ``aggregator, condition, level, seed, round, accuracy`` at every evaluation.
     """
-    avg = tuned["fedavg"]
+    def job(aggregator: str, condition: str, level: float, seed: int) -> AudioRun:
+        t = tuned[aggregator]
+        return AudioRun(aggregator=aggregator, condition=condition, level=level, seed=seed, task=task, lr=t.lr,
+                        server_lr=t.server_lr, schedule=schedule)
+
     jobs = []
     for seed in seeds:
-        jobs += [schedule.job(a, "clean", 0.0, seed, task, tuned[a].lr, tuned[a].server_lr) for a in AGGREGATORS]
-        jobs += [schedule.job("fedavg", "snr", float(v), seed, task, avg.lr, avg.server_lr) for v in snrs]
-        jobs += [schedule.job("fedavg", "label_noise", float(v), seed, task, avg.lr, avg.server_lr) for v in label_noises]
+        jobs += [job(a, "clean", 0.0, seed) for a in AGGREGATORS]
+        jobs += [job("fedavg", "snr", float(v), seed) for v in snrs]
+        jobs += [job("fedavg", "label_noise", float(v), seed) for v in label_noises]
     done = parallel_map(run, jobs, workers, desc="runs")
     keys = ("aggregator", "condition", "level", "seed")
     final = pd.DataFrame(
