@@ -39,12 +39,24 @@ def test_dln_fixed_path_length_and_mitigation(S: int, p: int) -> None:
 
 
 def test_network_inventory_counts_links() -> None:
-    """Switch-to-switch links: DLN S * (distinct chord neighbours) * copies; fat tree 2 * leaves * spines."""
-    inv = dln_allreduce.network_inventory(32, 4, ["dln", "dln_mitigated", "fat_tree", "fat_tree_tapered"]).set_index("network")
+    """Switch-to-switch links: DLN S * (distinct chord neighbours) * copies; fat tree 2 * leaves * spines.
+
+    The equal-link fat tree is built with as many links as the mitigated DLN, but its D-mod-k routes reach a
+    leaf through hosts_per_switch spines only, so fewer of them carry traffic (the inventory once counted only
+    those and showed the 'equal' tree with fewer links).
+    """
+    nets = ["dln", "dln_mitigated", "fat_tree", "fat_tree_tapered", "fat_tree_equal_links"]
+    inv = dln_allreduce.network_inventory(32, 4, nets).set_index("network")
     assert inv.loc["dln", "switches"] == 8 and inv.loc["dln", "switch-to-switch links"] == 8 * 5
     assert inv.loc["dln_mitigated", "switch-to-switch links"] == 8 * 5 * 4
     assert inv.loc["fat_tree", "switch-to-switch links"] == 2 * 8 * 4
     assert inv.loc["fat_tree_tapered", "switch-to-switch links"] == 2 * 8 * 2
+    spines = dln_allreduce.equal_link_spines(32, 4)
+    assert inv.loc["fat_tree_equal_links", "switch-to-switch links"] == 2 * 8 * spines
+    assert inv.loc["fat_tree_equal_links", "switches"] == 8 + spines
+    assert inv.loc["fat_tree_equal_links", "used by routes"] == 8 * spines + 8 * 4  # every up link, 4 down per leaf
+    assert (inv.loc[["dln", "dln_mitigated", "fat_tree"], "used by routes"]
+            == inv.loc[["dln", "dln_mitigated", "fat_tree"], "switch-to-switch links"]).all()
     assert (inv["host links"] == 64).all()
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import re
 from pathlib import Path
 
 import pytest
@@ -26,15 +26,13 @@ comm.Barrier()  # the other ranks would wait here for ever without an abort
 def test_failing_rank_aborts_the_job_at_once_with_its_cause(how: str, tmp_path: Path) -> None:
     """A rank that raises or exits while the others wait in a barrier ends the launch at once.
 
-    The launch ends well within the timeout, and the error carries that rank's cause (mpi4py's runner
-    calls ``MPI_Abort``).
+    The launch ends before the launcher's own timeout (the other ranks would wait in the barrier for ever
+    without an abort), and the error carries that rank's cause (mpi4py's runner calls ``MPI_Abort``).
     """
     script = tmp_path / "fails.py"
     script.write_text(FAILING_RANK)
-    t0 = time.monotonic()
     with pytest.raises(MPIRunError) as err:
-        run_mpi([str(script), how], 3, timeout=90)
-    assert time.monotonic() - t0 < 60
+        run_mpi([str(script), how], 3, timeout=60)
     assert not err.value.timed_out and err.value.returncode != 0
     cause = "rank 1 fails on purpose" if how == "raise" else "rank 1 gives up on purpose"
     assert cause in str(err.value)
@@ -44,7 +42,8 @@ def test_ranks_print_and_the_output_comes_back(tmp_path: Path) -> None:
     script = tmp_path / "hello.py"
     script.write_text("from mpi4py import MPI\nprint('rank', MPI.COMM_WORLD.Get_rank(), 'of', MPI.COMM_WORLD.Get_size())\n")
     out = run_mpi([str(script)], 2, timeout=120).stdout
-    assert sorted(line for line in out.splitlines() if line.startswith("rank")) == ["rank 0 of 2", "rank 1 of 2"]
+    # two ranks write to one pipe: under load their lines can interleave, so read the phrases, not the lines
+    assert sorted(re.findall(r"rank \d+ of \d+", out)) == ["rank 0 of 2", "rank 1 of 2"]
 
 
 def test_bad_rank_count_is_refused() -> None:

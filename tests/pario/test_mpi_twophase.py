@@ -7,8 +7,6 @@ compares the files byte for byte.  Ranks are oversubscribed on 2 cores.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from repro.hpc.launcher import MPIRunError
@@ -40,9 +38,8 @@ def test_block_cyclic_with_stripe_alignment() -> None:
 
 
 def test_failing_rank_ends_the_job_with_its_error() -> None:
-    t0 = time.perf_counter()
+    """The failing rank aborts the launch before the launcher's timeout, with its own error."""
     with pytest.raises(MPIRunError) as err:
         launch(3, job(3) | {"fail_rank": 1}, timeout=60)
-    assert time.perf_counter() - t0 < 60
     assert not err.value.timed_out
     assert "injected failure on rank 1" in str(err.value)

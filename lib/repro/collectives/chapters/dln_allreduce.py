@@ -331,20 +331,32 @@ def latency_sweep_figure(results: Results) -> plt.Figure:
 
 
 def network_inventory(p: int, hosts_per_switch: int, networks: Sequence[str]) -> pd.DataFrame:
-    """Switches and directed links of each network with ``p`` hosts (hardware cost at a glance)."""
+    """Switches and directed links of each network with ``p`` hosts (hardware cost at a glance).
+
+    ``switch-to-switch links`` counts the links the network is built with (a two-level fat tree has
+    ``2 x leaves x spines``), ``used by routes`` those on some route: with static D-mod-k routing a leaf
+    is reached through ``hosts_per_switch`` spines only, so a fat tree with more spines than that leaves
+    some of its spine-to-leaf links idle.
+    """
     rows = []
     for net in networks:
-        pf = build_platform(platform(net, p, hosts_per_switch, 1e10, 1e-6, 0.0))
+        key = platform(net, p, hosts_per_switch, 1e10, 1e-6, 0.0)
+        pf = build_platform(key)
         names = [n for n, link in pf.links.items() if link.sharing != "FATPIPE"]
         host_links = [n for n in names if not _is_switch_link(n)]
         switches = {part for n in names for part in n.split("#")[0].split("->") if not part.startswith("h")}
+        used = len(names) - len(host_links)
+        builder, items = key
+        spines = dict(items).get("spines", 0)
+        built = 2 * (p // hosts_per_switch) * spines if builder == "fat_tree" else used
         rows.append(
             {
                 "network": net,
                 "hosts": p,
-                "switches": len(switches),
+                "switches": len(switches) if builder != "fat_tree" else p // hosts_per_switch + spines,
                 "host links": len(host_links),
-                "switch-to-switch links": len(names) - len(host_links),
+                "switch-to-switch links": built,
+                "used by routes": used,
             }
         )
     return pd.DataFrame(rows)

@@ -10,12 +10,15 @@ the byte counts scale with the vector.  :func:`sparse_exactness` runs every
 algorithm on a real MPI, :func:`claims` gives the values the ledger records:
 one per seed (the seed draws the random sparse gradients), at the one judged
 density (``judged_density``) and, for the overhead claim, at density 1.
+The speed-up claims are *modelled* (their size follows the assumed platform
+constants), so :func:`constant_sweep` moves the NIC bandwidth and the start-up
+one at a time at the judged density (:func:`constant_sweep_figure`).
 :class:`Params` holds the chapter's parameters and :func:`run` the chapter.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -23,6 +26,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from repro.collectives import sparse
+from repro.collectives.congestion import congestion_cost
 from repro.collectives.mpi_worker import launch_worker
 from repro.collectives.npb_skeletons import trace_schedule
 from repro.hpc.dragonfly import with_endpoint_overhead
@@ -30,12 +34,18 @@ from repro.hpc.ir import Schedule
 from repro.hpc.platforms import GpuClusterSettings, Platform, gpu_cluster
 from repro.hpc.simgrid import simulate
 from repro.params import ChapterParams, require
+from repro.registry import load_registry
+from repro.verdicts import in_band
 
 NEEDED = ("dense_ring_ring", "sparse_ring_ring")
 """Algorithms the claims compare."""
 SPARCML = ("sparse_rdb", "sparse_split_ag")
 """The SparCML-style sparse allreduces."""
 MPI_LENGTHS = (0, 5, 1000, 4096)
+CHAPTER = "sparse-allreduce"
+SWEEP_FACTORS = {"nic_gbs": (0.25, 1.0, 4.0), "alpha_us": (0.0, 1.0, 4.0)}
+"""Multiples of the run's own NIC bandwidth and start-up tried by :func:`constant_sweep` (1: the run's value)."""
+SPEEDUP_CLAIMS = ("rr_speedup_vs_dense_low_density", "rr_speedup_vs_sparcml_low_density")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,11 +164,14 @@ class Results:
         :func:`density_sweep`: every algorithm, density and seed.
     exactness:
         :func:`sparse_exactness` on a real MPI.
+    sweep:
+        :func:`constant_sweep` at the judged density.
     """
 
     params: Params
     table: pd.DataFrame
     exactness: pd.DataFrame
+    sweep: pd.DataFrame
 
 
 def run(params: Params, *, progress: bool = True) -> Results:
@@ -169,7 +182,7 @@ def run(params: Params, *, progress: bool = True) -> Results:
                              seed=prm.seeds[0])
     table = density_sweep(prm.model(), list(prm.algorithms), list(prm.densities), prm.dim, prm.model_dim,
                           list(prm.seeds), progress=progress)
-    return Results(params=prm, table=table, exactness=exact)
+    return Results(params=prm, table=table, exactness=exact, sweep=constant_sweep(prm))
 
 
 def replay_schedule(logs: list[list[tuple[int, int, int]]], scale: float, name: str) -> Schedule:
@@ -315,5 +328,81 @@ def plot_time_vs_density(results: Results) -> plt.Figure:
     bx.set_title("bytes sent per rank")
     ax.axvline(results.params.judged_density, color="grey", ls=":", lw=1)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def constant_sweep(prm: Params) -> pd.DataFrame:
+    """The two speed-up claims at the judged density while one assumed platform constant moves.
+
+    Every compared algorithm is dry-run once (first seed) at ``judged_density``; its replayed schedule is
+    costed by the route-aware alpha-beta model (:func:`~repro.collectives.congestion.congestion_cost`) on
+    the cluster with the NIC bandwidth or the start-up set to each multiple in :data:`SWEEP_FACTORS`
+    (the factor 1 is the run's own cluster, where ``sim_s`` also gives SimGrid's speed-ups, so the gap
+    between the model and SimGrid can be read off).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``constant``, ``value``, ``claim``, ``model`` (the speed-up by the model) and ``sim``
+        (SimGrid's, at the run's own constants only; NaN elsewhere).
+    """
+    base = prm.model()
+    algos = [a for a in (*NEEDED, *SPARCML) if a in prm.algorithms]
+    scheds = {}
+    for algo in algos:
+        _, logs = sparse.dry_run(algo, base.p, prm.dim, prm.judged_density, prm.seeds[0], k=base.k)
+        scheds[algo] = replay_schedule(logs, prm.model_dim / prm.dim, f"{algo}@{prm.judged_density:g}")
+    sim = {algo: simulate(sched, base.platform(), 1).time for algo, sched in scheds.items()}
+    rows = []
+    for constant, factors in SWEEP_FACTORS.items():
+        for factor in factors:
+            value = getattr(base, constant) * factor
+            pf = replace(base, **{constant: value}).platform()
+            t = {algo: congestion_cost(sched, pf, 1) for algo, sched in scheds.items()}
+            for claim, (model, simulated) in _speedups(t, sim, own=factor == 1.0).items():
+                rows.append(dict(constant=constant, value=value, claim=claim, model=model, sim=simulated))
+    return pd.DataFrame(rows)
+
+
+def _speedups(t: dict[str, float], sim: dict[str, float], own: bool) -> dict[str, tuple[float, float]]:
+    """The two speed-ups from model times ``t`` (and SimGrid's ``sim`` where ``own``)."""
+    def both(times: dict[str, float]) -> tuple[float, float]:
+        rr = times["sparse_ring_ring"]
+        return times["dense_ring_ring"] / rr, min(times[a] for a in SPARCML if a in times) / rr
+
+    model, simulated = both(t), both(sim) if own else (float("nan"), float("nan"))
+    return {claim: (model[i], simulated[i]) for i, claim in enumerate(SPEEDUP_CLAIMS)}
+
+
+def in_band_values(results: Results, claim: str, constant: str) -> list[float]:
+    """Swept values of ``constant`` at which ``claim``'s modelled speed-up would lie in the book's band."""
+    registered = load_registry().get(CHAPTER).claim(claim)
+    sel = results.sweep[(results.sweep.claim == claim) & (results.sweep.constant == constant)]
+    return [float(v) for v, m in zip(sel.value, sel.model) if in_band(registered.ratio(float(m)))]
+
+
+def constant_sweep_figure(results: Results) -> plt.Figure:
+    """One panel per swept constant: each speed-up claim by the model, its paper value and the run's constant.
+
+    The hollow markers at the run's own constant are SimGrid's values, for the model's gap to the simulator.
+    """
+    sweep, model = results.sweep, results.params.model()
+    registry = load_registry().get(CHAPTER)
+    labels = {"nic_gbs": "NIC bandwidth per node (GB/s)", "alpha_us": "start-up per message (us)"}
+    constants = list(dict.fromkeys(sweep.constant))
+    fig, axes = plt.subplots(1, len(constants), figsize=(5.2 * len(constants), 3.6), squeeze=False)
+    for ax, constant in zip(axes[0], constants):
+        part = sweep[sweep.constant == constant]
+        for claim, g in part.groupby("claim", sort=False):
+            (line,) = ax.plot(g.value, g.model, "-o", label=f"{claim} (model)")
+            ax.plot(g.value, g.sim, "s", mfc="none", color=line.get_color(), ms=9)
+            paper = registry.claim(str(claim)).paper_value
+            if paper is not None:
+                ax.axhline(paper, color=line.get_color(), ls="--", lw=0.8)
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.axvline(getattr(model, constant), color="grey", ls=":", label="this run (squares: SimGrid)")
+        ax.set(xlabel=labels.get(constant, constant), ylabel="speed-up of sparse ring_ring (x)")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
