@@ -98,7 +98,6 @@ def test_bad_inputs_are_named():
 def test_callers_give_their_previous_inline_results_bit_for_bit():
     glob, models = _models(6, seed=2)
     key = "fc2.weight"
-    replies = [_reply(m, i) for i, m in enumerate(models)]
     # FedGrad's soft filter, before: cosines of deviations from the mean with the mean update
     W = np.stack([m[key].astype(np.float64).ravel() for m in models])
     avg = W.mean(0)

@@ -1,15 +1,22 @@
-"""The FedLAMA chapter driver: equal total local steps, typed run records, worker-independent sweeps."""
+"""The FedLAMA chapter driver: equal total local steps, typed run records, worker-independent runs, the claims."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pandas as pd
 import pytest
 
-from repro.federated.chapters.fedlama import FedLamaRun, claims, run_strategy, sweep
+from repro.federated.chapters import fedlama
+from repro.federated.chapters.fedlama import FedLamaRun, Params, Results, claims, run_strategy
 from repro.federated.client import LocalSGD
 from repro.federated.task import TaskSpec
+from repro.params import ParameterError
 
 SPEC = TaskSpec(dataset="digits", num_clients=12, alpha=0.3, hidden=(32, 16))
+BASE = dict(dataset="digits", n_train=400, num_clients=6, active_clients=3, alpha=0.5, model="mlp", hidden=(16,),
+            tau=2, phis=(2,), rounds=4, batch_size=16, lr=0.05, momentum=0.0, seeds=(0, 1), engine="inprocess",
+            device="cpu", workers=1, eval_every=2, warmup=2)
 
 
 def test_same_total_steps_for_long_interval_baseline():
@@ -26,31 +33,55 @@ def test_same_total_steps_for_long_interval_baseline():
         FedLamaRun(method="fedlama", phi=3, seed=0, spec=SPEC, sgd=sgd, tau=3, rounds=4, active_clients=3, eval_every=2)
 
 
-def test_sweep_results_do_not_depend_on_worker_processes():
-    spec = TaskSpec(dataset="digits", num_clients=6, alpha=0.5, hidden=(16,))
-    args = dict(
-        sgd=LocalSGD(batch_size=16, lr=0.05, momentum=0.0),
-        tau=2,
-        phis=[2],
-        rounds=4,
-        active_clients=3,
-        seeds=[0, 1],
-        eval_every=2,
-    )
-    f1, c1, t1 = sweep(spec, workers=1, **args)
-    f2, c2, t2 = sweep(spec, workers=2, **args)
-    assert f1.equals(f2) and c1.equals(c2) and t1 == t2
+def test_runs_do_not_depend_on_worker_processes():
+    one = fedlama.run(Params(**BASE))
+    two = fedlama.run(Params(**{**BASE, "workers": 2}))
+    assert one.final.equals(two.final) and one.curves.equals(two.curves) and one.timelines == two.timelines
+    assert set(one.timelines) == {(2, 0), (2, 1)}
 
 
-def test_communication_counts_only_where_accuracy_holds():
+def _results(rows: list[dict], phis: tuple[int, ...]) -> Results:
+    return Results(final=pd.DataFrame(rows), curves=pd.DataFrame(), timelines={}, phis=phis, trivial=11.0)
+
+
+def test_communication_counts_only_where_accuracy_holds_and_the_saving_is_the_largest_over_phi():
     rows = []
-    for seed, lama_acc in ((0, 89.5), (1, 85.0)):  # seed 1 drops 5 points below FedAvg(tau')
+    for seed, lama4, lama2 in ((0, 89.5, 89.0), (1, 85.0, 89.5)):  # seed 1 drops 5 points below FedAvg at phi 4
         rows += [
             {"method": "fedavg", "phi": 1, "seed": seed, "accuracy": 90.0, "comm": 1000},
             {"method": "fedavg_long", "phi": 4, "seed": seed, "accuracy": 80.0, "comm": 250},
-            {"method": "fedlama", "phi": 4, "seed": seed, "accuracy": lama_acc, "comm": 400},
+            {"method": "fedlama", "phi": 4, "seed": seed, "accuracy": lama4, "comm": 400},
+            {"method": "fedavg_long", "phi": 2, "seed": seed, "accuracy": 85.0, "comm": 500},
+            {"method": "fedlama", "phi": 2, "seed": seed, "accuracy": lama2, "comm": 700},
         ]
-    c = claims(pd.DataFrame(rows), 4)
-    assert c["comm_reduction_vs_fedavg_tau"] == [60.0, 60.0]
-    assert c["comm_saved_within_margin"] == [60.0, 0.0]
-    assert c["acc_drop_vs_fedavg_tau"] == [0.5, 5.0]
+    c = claims(_results(rows, (2, 4)))
+    assert c["comm_reduction_vs_fedavg_tau"] == pytest.approx([60.0, 60.0])
+    # seed 0: phi 4 saves 60% within the margin; seed 1: only phi 2 (30%) stays within it
+    assert list(c["comm_saved_within_margin"].values) == pytest.approx([60.0, 30.0])
+    assert list(c["acc_drop_vs_fedavg_tau"].values) == [0.5, 5.0]
+    assert c["acc_gain_vs_fedavg_phitau"].arms == {"fedlama": [89.5, 85.0], "fedavg_long": [80.0, 80.0]}
+    assert fedlama.saving_within_margin(_results(rows, (2, 4)), 10.0) == pytest.approx([60.0, 60.0])
+    only4 = [r for r in rows if r["phi"] != 2]
+    assert list(claims(_results(only4, (4,)))["comm_saved_within_margin"].values) == pytest.approx([60.0, 0.0])
+
+
+@pytest.mark.parametrize("change, names", [
+    ({"rounds": 5}, "'rounds', 'phis'"),
+    ({"active_clients": 7}, "'active_clients', 'num_clients'"),
+    ({"num_clients": 300, "active_clients": 3}, "'dataset', 'n_train', 'num_clients'"),
+    ({"phis": (2, 2)}, "'phis'"),
+    ({"phis": (1,)}, "'phis'"),
+    ({"warmup": 4}, "'warmup', 'rounds'"),
+    ({"seeds": (3, 3)}, "'seeds'"),
+])
+def test_impossible_combinations_are_refused_by_name(change, names):
+    Params(**BASE).checks()
+    with pytest.raises(ParameterError, match=names):
+        Params(**{**BASE, **change}).checks()
+
+
+def test_jobs_cover_every_method_phi_and_seed():
+    js = fedlama.jobs(Params(**{**BASE, "phis": (2, 4)}))
+    assert sorted({(j.method, j.phi) for j in js}) == [("fedavg", 1), ("fedavg_long", 2), ("fedavg_long", 4),
+                                                       ("fedlama", 2), ("fedlama", 4)]
+    assert all(dataclasses.is_dataclass(j) and j.rounds == 4 for j in js) and len(js) == 10

@@ -1,14 +1,16 @@
 """The FedLAMA chapter: FedAvg(tau'), FedAvg(phi tau') and FedLAMA(tau', phi) for the same total local steps.
 
-:class:`FedLamaRun` is one seeded run, :func:`run` executes it,
-:func:`sweep` runs every method, multiplier and seed, :func:`claims`
-turns the records into the ledger's per-seed values; the figures and the
-table are the chapter's own.
+:class:`Params` holds the chapter's parameters; :func:`run` runs one
+:class:`FedLamaRun` per method, multiplier and seed through :func:`run_one`
+into a :class:`FedLamaRecord` and returns the :class:`Results`;
+:func:`claims` gives the ledger's evidence.  The figures and the table are
+the chapter's own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -16,163 +18,251 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from repro.federated.client import LocalSGD, make_client_app
-from repro.federated.engine import History, central_evaluator, eval_schedule, initial_arrays, run_federated
+from repro.federated.engine import History, central_evaluator, eval_schedule, initial_arrays
 from repro.federated.fedlama import FedLAMA
+from repro.federated.figures import within_margin_figure
+from repro.federated.runs import FederatedRun, RunRecord, Simulation, curves_frame, execute, records_frame
 from repro.federated.strategies import SeededFedAvg
-from repro.federated.task import TaskSpec
-from repro.parallel import parallel_map
+from repro.federated.task import TaskSpec, available_train, majority_accuracy
+from repro.params import ChapterParams, require
+from repro.registry import load_registry
+from repro.results import Evidence
 
 METHODS = ("fedavg", "fedavg_long", "fedlama")
+CHAPTER = "fedlama"
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedLamaRun:
-    """One run of the comparison; field names are the chapter's parameters.
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``fedlama.yaml``)."""
+
+    dataset: str
+    n_train: int
+    num_clients: int
+    active_clients: int
+    alpha: float
+    model: str
+    hidden: tuple[int, ...]
+    tau: int
+    phis: tuple[int, ...]
+    rounds: int
+    batch_size: int
+    lr: float
+    momentum: float
+    seeds: tuple[int, ...]
+    engine: str
+    device: str
+    workers: int
+    eval_every: int
+    warmup: int
+
+    def checks(self) -> None:
+        """Refuse the impossible combinations before any run starts."""
+        require(all(self.rounds % phi == 0 for phi in self.phis), self, ("rounds", "phis"),
+                "rounds must be a multiple of every phi (FedAvg(phi tau') runs rounds / phi rounds)")
+        require(self.active_clients <= self.num_clients, self, ("active_clients", "num_clients"),
+                "active_clients must not exceed num_clients")
+        require(available_train(self.dataset, self.n_train) >= 2 * self.num_clients, self,
+                ("dataset", "n_train", "num_clients"), "the split needs at least 2 training samples per client")
+        require(len(set(self.phis)) == len(self.phis) and min(self.phis) >= 2, self, "phis",
+                "the multipliers must be distinct and at least 2 (phi = 1 is FedAvg(tau') itself)")
+        require(self.warmup < self.rounds, self, ("warmup", "rounds"),
+                "FedLAMA's warm-up must end before the last round, or its intervals never adapt")
+        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
+
+    def spec(self) -> TaskSpec:
+        """The task: the dataset split over the clients by a Dirichlet label skew."""
+        return TaskSpec(dataset=self.dataset, num_clients=self.num_clients, scheme="dirichlet", alpha=self.alpha,
+                        hidden=self.hidden, model=self.model, n_train=self.n_train, data_seed=0)
+
+    def sgd(self) -> LocalSGD:
+        """The clients' local SGD."""
+        return LocalSGD(batch_size=self.batch_size, lr=self.lr, momentum=self.momentum)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedLamaRun(FederatedRun):
+    """One run of the comparison; the shared fields are :class:`FederatedRun`'s (``rounds`` of ``tau`` steps).
+
+    ``method`` is ``fedavg`` (interval ``tau``), ``fedavg_long`` (interval ``phi*tau``,
+    ``rounds/phi`` rounds) or ``fedlama`` (base interval ``tau``, multiplier ``phi``).
 
     Attributes
     ----------
-    method
-        ``fedavg`` (interval ``tau``), ``fedavg_long`` (interval ``phi*tau``,
-        ``rounds/phi`` rounds) or ``fedlama`` (base interval ``tau``, multiplier ``phi``).
-    phi, seed
-        Interval multiplier and run seed (model init, sampling, mini-batches).
-    spec, sgd
-        Task and local training.
-    tau, rounds, active_clients, eval_every
-        Base interval (local steps), rounds of ``tau`` steps, clients per period, evaluation period.
-    engine
-        ``inprocess``, ``ray`` or ``deployment`` (see :func:`repro.federated.engine.run_federated`).
-    device
-        Where the clients train: ``cpu``, ``cuda`` or ``auto``.
+    phi
+        Interval multiplier (1 for ``fedavg``).
     warmup
         FedLAMA's rounds before its intervals first adapt.
-    progress
-        Label of a per-round progress bar (``None``: none).
     """
 
-    method: str
-    phi: int
-    seed: int
-    spec: TaskSpec
-    sgd: LocalSGD
-    tau: int
-    rounds: int
-    active_clients: int
-    eval_every: int
-    engine: str = "inprocess"
+    phi: int = 1
     warmup: int = 6
-    progress: str | None = None
-    device: str = "cpu"
+
+    methods: ClassVar[tuple[str, ...]] = METHODS
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"parameter 'method': must be one of {METHODS}, got {self.method!r}")
+        super().__post_init__()
         if self.rounds % self.phi:
             raise ValueError(f"parameter 'rounds' ({self.rounds}) must be a multiple of phi ({self.phi})")
 
 
+@dataclass(frozen=True, kw_only=True)
+class FedLamaRecord(RunRecord):
+    """One run's record: :class:`RunRecord`'s fields (``curve``: round, accuracy, scalars communicated) and these.
+
+    Attributes
+    ----------
+    phi
+        The multiplier (1 for FedAvg(tau')).
+    comm
+        Scalars communicated, up and down.
+    timeline
+        FedLAMA only: round -> layer -> interval.
+    """
+
+    phi: int = 1
+    comm: int = 0
+    timeline: dict[int, dict[str, int]] = field(default_factory=dict)
+
+
 def run_strategy(job: FedLamaRun) -> tuple[History, SeededFedAvg]:
     """Run ``job``; return the history (progress in rounds of ``tau`` steps) and the strategy."""
+    spec, k = job.spec, job.clients_per_round
     if job.method == "fedavg":
-        strat: SeededFedAvg = SeededFedAvg(job.active_clients, job.sgd.config(job.tau), seed=job.seed)
-        n, sched = job.rounds, eval_schedule(job.rounds, job.eval_every)
-    elif job.method == "fedavg_long":
-        strat = SeededFedAvg(job.active_clients, job.sgd.config(job.tau * job.phi), seed=job.seed, resample_every=1)
+        strat: SeededFedAvg = SeededFedAvg(k, job.sgd.config(job.tau), seed=job.seed)
+        simulation = job.simulation()
+    elif job.method == "fedavg_long":  # rounds / phi rounds of phi * tau steps, evaluated on the same grid
+        strat = SeededFedAvg(k, job.sgd.config(job.tau * job.phi), seed=job.seed, resample_every=1)
         n = job.rounds // job.phi
-        sched = eval_schedule(n, max(1, job.eval_every // job.phi))
+        simulation = Simulation(num_clients=spec.num_clients, initial=initial_arrays(spec, job.seed),
+                                evaluate=central_evaluator(spec), num_rounds=n,
+                                eval_rounds=tuple(eval_schedule(n, max(1, job.eval_every // job.phi))))
     else:
-        strat = FedLAMA(job.active_clients, job.sgd.config(job.tau), seed=job.seed, phi=job.phi, warmup=job.warmup)
-        n, sched = job.rounds, eval_schedule(job.rounds, job.eval_every, multiple_of=job.phi)
-    hist = run_federated(strat, make_client_app(job.spec, {"seed": job.seed, "device": job.device}), job.spec.num_clients,
-                         initial_arrays(job.spec, job.seed), n, central_evaluator(job.spec), sched,
-                         engine=job.engine, progress=job.progress)
+        strat = FedLAMA(k, job.sgd.config(job.tau), seed=job.seed, phi=job.phi, warmup=job.warmup)
+        simulation = job.simulation(multiple_of=job.phi)
+    hist = job.play(strat, make_client_app(spec, job.run_config), simulation)
     if job.method == "fedavg_long":  # report progress in rounds of tau steps, like the others
         hist.rounds = [r * job.phi for r in hist.rounds]
     return hist, strat
 
 
-def run(job: FedLamaRun) -> dict:
-    """One run's record: ``method, phi, seed, accuracy, comm``, the curve and FedLAMA's interval timeline."""
+def run_one(job: FedLamaRun) -> FedLamaRecord:
+    """Run ``job``: final accuracy, communication, the curve and FedLAMA's interval timeline."""
     hist, strat = run_strategy(job)
     assert strat.comm is not None
-    return {"method": job.method, "phi": job.phi, "seed": job.seed, "accuracy": hist.final_accuracy,
-            "comm": strat.comm.total, "curve": list(zip(hist.rounds, hist.accuracy, hist.comm)),
-            "timeline": strat.timeline if isinstance(strat, FedLAMA) else None}
+    return FedLamaRecord(method=job.method, seed=job.seed, accuracy=hist.final_accuracy, phi=job.phi,
+                         comm=int(strat.comm.total),
+                         curve=tuple((float(r), float(a), float(c)) for r, a, c in zip(hist.rounds, hist.accuracy, hist.comm)),
+                         timeline=dict(strat.timeline) if isinstance(strat, FedLAMA) else {})
 
 
-def sweep(spec: TaskSpec, sgd: LocalSGD, tau: int, phis: list[int], rounds: int, active_clients: int,
-          seeds: list[int], eval_every: int, engine: str = "inprocess", workers: int = 1, warmup: int = 6,
-          device: str = "cpu") -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[int, int], dict[int, dict[str, int]]]]:
-    """FedAvg(tau), FedAvg(phi tau) and FedLAMA(tau, phi) for every phi and seed.
+def jobs(params: Params) -> list[FedLamaRun]:
+    """FedAvg(tau), and FedAvg(phi tau) and FedLAMA(tau, phi) for every phi, every seed."""
+    spec, sgd = params.spec(), params.sgd()
+    progress = params.workers == 1 and params.engine == "inprocess"
+    pairs = [("fedavg", 1)] + [(m, phi) for phi in params.phis for m in ("fedavg_long", "fedlama")]
+    return [FedLamaRun(method=m, phi=phi, seed=s, spec=spec, sgd=sgd, tau=params.tau, rounds=params.rounds,
+                       active_clients=params.active_clients, eval_every=params.eval_every, engine=params.engine,
+                       warmup=params.warmup, device=params.device,
+                       progress=f"{m} phi={phi} seed={s}" if progress else None)
+            for s in params.seeds for m, phi in pairs]
 
-    Parameters
+
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What the comparison produced.
+
+    Attributes
     ----------
-    workers
-        Independent runs to execute at once in separate processes; the
-        results do not depend on it.  Ignored (1) with the Ray engine, which
-        parallelises clients itself.
-    device
-        Where the clients train (``cpu``, ``cuda`` or ``auto``).
-
-    Returns
-    -------
-    final : DataFrame
+    final
         One row per (method, phi, seed): final accuracy and total communication.
-    curves : DataFrame
+    curves
         Accuracy against communication and rounds, for every run.
-    timelines : dict
+    timelines
         ``(phi, seed) -> round -> layer -> interval`` of the FedLAMA runs.
+    phis
+        The multipliers run.
+    trivial
+        Test accuracy of always predicting the majority class (percent).
     """
-    w = workers if engine == "inprocess" else 1
-    runs = [("fedavg", 1)] + [(m, phi) for phi in phis for m in ("fedavg_long", "fedlama")]
-    jobs = [
-        FedLamaRun(
-            method=m,
-            phi=phi,
-            seed=seed,
-            spec=spec,
-            sgd=sgd,
-            tau=tau,
-            rounds=rounds,
-            active_clients=active_clients,
-            eval_every=eval_every,
-            engine=engine,
-            warmup=warmup,
-            progress=None if w > 1 else f"{m} phi={phi} seed={seed}",
-            device=device,
-        )
-        for seed in seeds
-        for m, phi in runs
-    ]
-    done = parallel_map(run, jobs, w)
-    rows = [{k: d[k] for k in ("method", "phi", "seed", "accuracy", "comm")} for d in done]
-    curves = [
-        {"method": d["method"], "phi": d["phi"], "seed": d["seed"], "round": r, "accuracy": a, "comm": c}
-        for d in done
-        for r, a, c in d["curve"]
-    ]
-    timelines = {(d["phi"], d["seed"]): d["timeline"] for d in done if d["timeline"] is not None}
-    return pd.DataFrame(rows), pd.DataFrame(curves), timelines
+
+    final: pd.DataFrame
+    curves: pd.DataFrame
+    timelines: dict[tuple[int, int], dict[int, dict[str, int]]]
+    phis: tuple[int, ...]
+    trivial: float
+
+    @property
+    def largest_phi(self) -> int:
+        """The largest multiplier, where the accuracy claims are read."""
+        return max(self.phis)
 
 
-def claims(final: pd.DataFrame, phi: int, margin: float = 1.0) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims at multiplier ``phi``.
+def run(params: Params) -> Results:
+    """FedAvg(tau), FedAvg(phi tau) and FedLAMA(tau, phi) for every phi and seed (``workers`` at a time)."""
+    done = execute(run_one, jobs(params), params.workers, desc="FedLAMA comparison")
+    return Results(final=records_frame(done, ("method", "phi", "seed", "accuracy", "comm")),
+                   curves=curves_frame(done, ("method", "phi", "seed"), ("round", "accuracy", "comm")),
+                   timelines={(r.phi, r.seed): r.timeline for r in done if r.method == "fedlama"},
+                   phis=params.phis, trivial=majority_accuracy(params.spec()))
 
-    ``comm_saved_within_margin`` joins communication with accuracy: a seed's saving counts only when
-    FedLAMA's accuracy is at most ``margin`` points below FedAvg(tau'), and is 0 otherwise.
+
+def accuracy_margin() -> float:
+    """The margin of "without significantly harming accuracy": the null value of ``acc_drop_vs_fedavg_tau``."""
+    return load_registry().get(CHAPTER).claim("acc_drop_vs_fedavg_tau").null_value
+
+
+def _pick(final: pd.DataFrame, method: str, phi: int) -> pd.DataFrame:
+    sel = final[final.method == method]
+    return (sel if method == "fedavg" else sel[sel.phi == phi]).set_index("seed")
+
+
+def saving_within_margin(results: Results, margin: float) -> list[float]:
+    """Per seed, FedLAMA's largest communication saving over the multipliers at which it stays within ``margin``.
+
+    The saving (percent of FedAvg(tau')'s communication) of a multiplier counts only when FedLAMA's accuracy
+    there is at most ``margin`` points below FedAvg(tau')'s, else it is 0; the seed's value is the largest
+    over the multipliers run, as the paper's "up to" is the largest over its configurations.
     """
-    base = final[final.method == "fedavg"].set_index("seed")
-    lama = final[(final.method == "fedlama") & (final.phi == phi)].set_index("seed")
-    long = final[(final.method == "fedavg_long") & (final.phi == phi)].set_index("seed")
+    base = _pick(results.final, "fedavg", 1)
+    out = []
+    for s in sorted(base.index):
+        saved = [0.0]
+        for phi in results.phis:
+            lama = _pick(results.final, "fedlama", phi)
+            if base.accuracy[s] - lama.accuracy[s] <= margin:
+                saved.append(100.0 * (1 - lama.comm[s] / base.comm[s]))
+        out.append(max(saved))
+    return out
+
+
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """The ledger's evidence: the accuracy claims at the largest phi, the saving the largest over the phis."""
+    phi, final = results.largest_phi, results.final
+    base, long, lama = (_pick(final, m, phi) for m in METHODS)
     seeds = sorted(base.index)
-    saved = {s: 100.0 * (1 - lama.comm[s] / base.comm[s]) for s in seeds}
-    drop = {s: base.accuracy[s] - lama.accuracy[s] for s in seeds}
+
+    def arms(**frames: pd.DataFrame) -> dict[str, list[float]]:
+        return {k: [float(f.accuracy[s]) for s in seeds] for k, f in frames.items()}
+
+    every = {"fedavg": base, **{f"fedlama_phi{p}": _pick(final, "fedlama", p) for p in results.phis}}
     return {
-        "acc_gain_vs_fedavg_phitau": [lama.accuracy[s] - long.accuracy[s] for s in seeds],
-        "comm_saved_within_margin": [saved[s] if drop[s] <= margin else 0.0 for s in seeds],
-        "comm_reduction_vs_fedavg_tau": [saved[s] for s in seeds],
-        "acc_drop_vs_fedavg_tau": [drop[s] for s in seeds],
+        "acc_gain_vs_fedavg_phitau": Evidence(values=[lama.accuracy[s] - long.accuracy[s] for s in seeds],
+                                              arms=arms(fedlama=lama, fedavg_long=long), trivial=results.trivial),
+        "comm_saved_within_margin": Evidence(values=saving_within_margin(results, accuracy_margin()),
+                                             arms=arms(**every), trivial=results.trivial),
+        "comm_reduction_vs_fedavg_tau": [100.0 * (1 - lama.comm[s] / base.comm[s]) for s in seeds],
+        "acc_drop_vs_fedavg_tau": Evidence(values=[base.accuracy[s] - lama.accuracy[s] for s in seeds],
+                                           arms=arms(fedavg=base, fedlama=lama), trivial=results.trivial),
     }
+
+
+def margin_figure(results: Results) -> Figure:
+    """``comm_saved_within_margin`` against the accuracy margin it is computed with (``acc_drop``'s sweep)."""
+    margins = load_registry().get(CHAPTER).claim("acc_drop_vs_fedavg_tau").null_sweep
+    sweep = pd.DataFrame([{"margin": m, "value": v} for m in margins for v in saving_within_margin(results, m)])
+    return within_margin_figure(sweep, chosen=accuracy_margin(), ylabel="communication saved (%)",
+                                xlabel="accuracy margin of 'without significantly harming accuracy' (points)")
 
 
 # ----- figures and table ------------------------------------------------------------------
@@ -184,8 +274,9 @@ def method_label(method: str, phi: int) -> str:
     return LABELS[method].replace("φ", str(phi))
 
 
-def accuracy_vs_communication(curves: pd.DataFrame, phis: list[int]) -> Figure:
+def accuracy_vs_communication(results: Results) -> Figure:
     """Test accuracy against scalars communicated, mean over seeds (band: min to max), one panel per phi."""
+    curves, phis = results.curves, results.phis
     fig, axes = plt.subplots(1, len(phis), figsize=(5.2 * len(phis), 3.8), squeeze=False, sharey=True)
     for ax, phi in zip(axes[0], phis):
         for method, colour in (("fedavg", "tab:gray"), ("fedavg_long", "tab:orange"), ("fedlama", "tab:blue")):
@@ -204,8 +295,9 @@ def accuracy_vs_communication(curves: pd.DataFrame, phis: list[int]) -> Figure:
     return fig
 
 
-def interval_timeline(timeline: dict[int, dict[str, int]], sizes: dict[str, int] | None = None) -> Figure:
-    """Heat map of each layer's aggregation interval over rounds (one FedLAMA run)."""
+def interval_timeline(results: Results, sizes: dict[str, int] | None = None) -> Figure:
+    """Heat map of each layer's aggregation interval over rounds (the first seed's FedLAMA run at the largest phi)."""
+    timeline = results.timelines[(results.largest_phi, int(results.final.seed.min()))]
     rounds = sorted(timeline)
     layers = list(timeline[rounds[0]])
     grid = np.array([[timeline[r][k] for r in rounds] for k in layers])
@@ -226,8 +318,9 @@ def interval_timeline(timeline: dict[int, dict[str, int]], sizes: dict[str, int]
     return fig
 
 
-def summary_table(final: pd.DataFrame) -> pd.DataFrame:
+def summary_table(results: Results) -> pd.DataFrame:
     """Final accuracy and communication relative to FedAvg(tau'), mean ± sd over seeds, per method and phi."""
+    final = results.final
     base = final[final.method == "fedavg"].set_index("seed").comm
     df = final.assign(rel_comm=final.apply(lambda r: r.comm / base[r.seed], axis=1))
     g = df.groupby(["method", "phi"], sort=False).agg(
