@@ -11,7 +11,10 @@ from repro.federated.activation import (
     GradNormActivation,
     MultiMetricActivation,
     PowerOfChoice,
+    RankSumActivation,
     UniformActivation,
+    gradient_norm,
+    make_activation_client_app,
     make_policy,
     make_probing_client_app,
     probe_metrics,
@@ -39,7 +42,7 @@ def test_policies_pick_by_their_metric():
     assert GradNormActivation().select(cands, METRICS, 2) == [5, 9]
     assert UniformActivation().select(cands, METRICS, 2) == [3, 9]  # the first two drawn
     # loss ranks: 9:0, 5:1/3, 3:2/3, 7:1; grad ranks: 3:0, 7:1/3, 9:2/3, 5:1
-    mm = MultiMetricActivation(beta=1.0)
+    mm = RankSumActivation(beta=1.0)
     assert mm.select(cands, METRICS, 2) == [5, 7]  # 5: 4/3, 7: 4/3, 3: 2/3, 9: 2/3
 
 
@@ -50,14 +53,14 @@ def test_beta_zero_equals_power_of_choice_and_ties_break_by_id():
         metrics = {c: {"loss": float(rng.integers(0, 4)), "grad-norm": float(rng.random())} for c in cands}
         m = int(rng.integers(1, 10))
         poc = PowerOfChoice().select(cands, metrics, m)
-        assert MultiMetricActivation(beta=0.0).select(cands, metrics, m) == poc
+        assert RankSumActivation(beta=0.0).select(cands, metrics, m) == poc
         assert len(poc) == len(set(poc)) == m and set(poc) <= set(cands)
     tied = {c: {"loss": 1.0, "grad-norm": 1.0} for c in (4, 2, 8, 6)}
-    assert MultiMetricActivation(2.0).select([8, 6, 4, 2], tied, 2) == [2, 4]
+    assert RankSumActivation(2.0).select([8, 6, 4, 2], tied, 2) == [2, 4]
 
 
 def test_d_equal_m_returns_the_candidates():
-    for policy in (UniformActivation(), PowerOfChoice(), GradNormActivation(), MultiMetricActivation(0.5)):
+    for policy in (UniformActivation(), PowerOfChoice(), GradNormActivation(), RankSumActivation(0.5)):
         assert policy.select([5, 9, 3, 7], METRICS, 4) == [3, 5, 7, 9]
 
 
@@ -67,7 +70,7 @@ def test_scaled_ranks_and_bad_input():
     with pytest.raises(ValueError, match="m must"):
         PowerOfChoice().select([1, 2], METRICS, 3)
     with pytest.raises(ValueError, match="beta"):
-        MultiMetricActivation(float("nan"))
+        RankSumActivation(float("nan"))
     with pytest.raises(ValueError, match="policy"):
         make_policy("oracle")
     with pytest.raises(ValueError, match="candidates"):
@@ -95,17 +98,58 @@ def test_uniform_with_d_equal_m_is_bitwise_seeded_fedavg(same_weights):
 
 
 def test_probed_run_activates_the_policys_choice():
-    s = ActivatedFedAvg(3, LOCAL, seed=1, policy=MultiMetricActivation(1.0), candidates=6)
+    s = ActivatedFedAvg(3, LOCAL, seed=1, policy=RankSumActivation(1.0), candidates=6)
     _run(s, rounds=3)
     assert s.probe_downloads == 3 * 6
     for r in (1, 2, 3):
         assert len(s.drawn[r]) == 6 and set(s.probes[r]) == set(s.drawn[r])
-        assert s.sampled[r] == MultiMetricActivation(1.0).select(s.drawn[r], s.probes[r], 3)
+        assert s.sampled[r] == RankSumActivation(1.0).select(s.drawn[r], s.probes[r], 3)
         assert all(m["loss"] > 0 and m["grad-norm"] > 0 for m in s.probes[r].values())
 
 
 def test_negative_beta_is_the_opposite_sign_of_the_gradient_term():
     cands = [0, 1, 2, 3]
     metrics = {c: {"loss": 1.0, "grad-norm": g} for c, g in zip(cands, (4.0, 1.0, 3.0, 2.0))}  # equal losses
-    assert MultiMetricActivation(1.0).select(cands, metrics, 2) == [0, 2]
-    assert MultiMetricActivation(-1.0).select(cands, metrics, 2) == [1, 3]
+    assert RankSumActivation(1.0).select(cands, metrics, 2) == [0, 2]
+    assert RankSumActivation(-1.0).select(cands, metrics, 2) == [1, 3]
+
+
+def test_the_authors_rule_boosts_high_losses_and_among_them_small_norms():
+    mm = MultiMetricActivation(6, shortlist=1, boost=10.0)
+    # nobody has trained: every loss is +inf and every norm 0; ties fall as in the authors' argsort, so the
+    # last m + b = 3 ids are shortlisted and the first m = 2 of them boosted twice
+    np.testing.assert_allclose(mm.weights(2) * 213, [1.0, 1.0, 1.0, 100.0, 100.0, 10.0])
+    for pid, loss, norm in ((0, 3.0, 0.5), (1, 2.0, 0.1), (2, 1.0, 0.9), (3, 0.5, 0.2), (4, 4.0, 0.3), (5, 0.1, 0.05)):
+        mm.observe(pid, loss, norm)
+    # m + b = 3 highest losses: 4, 0, 1; of them the m = 2 smallest norms: 1 (0.1) and 4 (0.3)
+    w = mm.weights(2) * (1 + 1 + 1 + 10 + 100 + 100)
+    np.testing.assert_allclose(w, [10.0, 100.0, 1.0, 1.0, 100.0, 1.0])
+    # a client that never trained keeps +inf loss and 0 norm, so it is shortlisted and boosted twice
+    fresh = MultiMetricActivation(4, shortlist=0, boost=10.0)
+    fresh.observe(0, 1.0, 1.0)
+    fresh.observe(1, 1.0, 1.0)
+    assert set(np.flatnonzero(fresh.weights(2) == fresh.weights(2).max())) == {2, 3}
+    draws = [tuple(mm.draw(2, np.random.default_rng(k))) for k in range(400)]
+    assert sum(d == (1, 4) for d in draws) > 250  # the doubly boosted pair dominates
+
+
+def test_the_authors_rule_runs_on_stored_training_metrics_without_probes():
+    policy = make_policy("multi-metric", num_clients=SPEC.num_clients)
+    s = ActivatedFedAvg(3, LOCAL, seed=2, policy=policy, candidates=3)
+    run_federated(s, make_activation_client_app(SPEC), SPEC.num_clients, initial_arrays(SPEC, 0), 3,
+                  central_evaluator(SPEC), [3])
+    assert s.probe_downloads == 0
+    trained = sorted({p for r in (1, 2, 3) for p in s.sampled[r]})
+    assert np.isfinite(policy.losses[trained]).all() and (policy.norms[trained] > 0).all()
+    untouched = [p for p in range(SPEC.num_clients) if p not in trained]
+    assert np.isinf(policy.losses[untouched]).all()
+
+
+def test_the_reporting_client_trains_as_the_shared_one_and_reports_the_mean_norm(same_weights):
+    avg = _run(SeededFedAvg(4, LOCAL, seed=0))
+    rep = run_federated(SeededFedAvg(4, LOCAL, seed=0), make_activation_client_app(SPEC), SPEC.num_clients,
+                        initial_arrays(SPEC, 0), 4, central_evaluator(SPEC), range(5))
+    assert same_weights(snapshot(avg.final_arrays), snapshot(rep.final_arrays))
+    model = torch.nn.Linear(3, 2)
+    model(torch.ones(1, 3)).sum().backward()
+    assert gradient_norm(model) == pytest.approx(float(torch.sqrt(sum((p.grad**2).sum() for p in model.parameters()))))

@@ -151,13 +151,16 @@ def local_sgd(
     y: np.ndarray,
     settings: LocalSettings,
     penalties: Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]] | None = None,
+    after_backward: Callable[[torch.nn.Module], None] | None = None,
 ) -> float:
     """Train ``model`` in place for ``settings.steps`` SGD steps on mini-batches drawn with ``settings.seed``.
 
     ``penalties``, if given, is called at every step with the batch's logits
     and indices (both on ``settings.device``) and returns extra loss terms (FedProx,
     EWC, FedDyn, SCAFFOLD, distillation), added to the cross-entropy one
-    after another.  The model trains on ``settings.device`` (see
+    after another.  ``after_backward``, if given, is called at every step with
+    the model once its gradients are computed and before the step (to read
+    them, not to change them).  The model trains on ``settings.device`` (see
     :func:`repro.devices.resolve_device`) and is back on the CPU on return;
     the batches are drawn on the CPU, so every device sees the same ones.
 
@@ -186,6 +189,8 @@ def local_sgd(
             for term in penalties(out, idx) if penalties is not None else ():
                 loss = loss + term
             loss.backward()
+            if after_backward is not None:
+                after_backward(model)
             opt.step()
             total += ce.item()
     finally:
