@@ -14,6 +14,8 @@ Defences (all ``Defence.aggregate(prev, models, counts) -> (new, flagged)``):
 * :class:`MultiKrumDefence`: Flower's ``select_multikrum`` keeps the ``m``
   models closest to their neighbours; the rest are flagged;
 * :class:`RFA`: the geometric median of the models (Weiszfeld iterations);
+* :class:`RobustLR`: RLR's per-coordinate sign vote turns the server step
+  back where too few clients agree;
 * :class:`FlameLite`: HDBSCAN on the cosine distances of the updates admits
   the majority cluster, whose updates are clipped to their median norm
   (FLAME without its noise, hence "lite");
@@ -246,6 +248,39 @@ class RFA(Defence):
         for k, v in prev.items():
             out[k] = z[i:i + v.size].reshape(v.shape).astype(v.dtype)
             i += v.size
+        return out, []
+
+
+class RobustLR(Defence):
+    """RLR, the robust learning rate of Ozdayi et al. (AAAI 2021): a sign vote per coordinate; flags nobody.
+
+    Each coordinate of the example-weighted mean update moves the model forward
+    where at least ``threshold`` more clients agree on its sign than disagree
+    (``|sum_i sign(u_i)| >= threshold``), and backward otherwise (server
+    learning rate 1, so agreement everywhere is FedAvg).  The default threshold
+    is the authors' (``robustLR_threshold=4`` in ``rlr_avg`` of FedGrad's
+    ``defense.py``); unlike that function, no knowledge of who attacks is used.
+
+    Parameters
+    ----------
+    threshold
+        The sign agreement a coordinate needs (>= 0).
+    """
+
+    name = "RLR"
+
+    def __init__(self, threshold: float = 4.0) -> None:
+        if threshold < 0:
+            raise ValueError(f"threshold must be >= 0, got {threshold}")
+        self.threshold = threshold
+
+    def aggregate(self, prev, models, counts, pids=None):  # noqa: D102
+        mean = _weighted_mean(models, counts)
+        out = {}
+        for k, v in prev.items():
+            upd = np.stack([m[k].astype(np.float64) - v for m in models])
+            rate = np.where(np.abs(np.sign(upd).sum(axis=0)) >= self.threshold, 1.0, -1.0)
+            out[k] = (v + rate * (mean[k].astype(np.float64) - v)).astype(v.dtype)
         return out, []
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repro.federated import robust
 from repro.federated.chapters import fedgrad
 from repro.federated.chapters.fedgrad import BackdoorRun, Params, Results, claims, run_one
 from repro.federated.client import LocalSGD
@@ -50,6 +51,7 @@ def test_a_detector_that_excludes_everyone_fails_the_detection_claim():
     # a perfect detector passes the same rule
     assert judge(claim, [100.0, 100.0, 100.0], profile="cpu").sign_holds is True
     assert values["main_acc_drop"].arms == {"no defence": [80.0] * 3, "FedGrad": [80.0] * 3}
+    assert values["backdoor_acc_pct"].arms == {"FedGrad": [80.0] * 3} and values["backdoor_acc_pct"].trivial == 11.0
     assert fedgrad.clean_false_alarms(_results(rows)) == 100.0
 
 
@@ -85,3 +87,20 @@ def test_impossible_combinations_are_refused_by_name(change, names):
 def test_jobs_pair_every_attacked_run_with_a_clean_one():
     js = fedgrad.jobs(Params(**BASE))
     assert len(js) == 2 * 2 * 2 and {j.attackers for j in js} == {(0, 1), ()}
+
+
+def test_rlr_steps_back_where_too_few_clients_agree_on_the_sign():
+    prev = {"w": np.zeros(3, np.float32)}
+    # coordinate 0: all four agree (+); coordinate 1: split 2 to 2; coordinate 2: three agree (-), one disagrees
+    ups = [(1.0, 1.0, -1.0), (1.0, 1.0, -1.0), (1.0, -1.0, -1.0), (1.0, -1.0, 1.0)]
+    models = [{"w": np.asarray(u, np.float32)} for u in ups]
+    new, flagged = robust.RobustLR(threshold=3).aggregate(prev, models, [1, 1, 1, 1])
+    np.testing.assert_allclose(new["w"], [1.0, 0.0, 0.5])  # |votes| 4 >= 3 forward, 0 and 2 < 3 backward
+    new, _ = robust.RobustLR(threshold=2).aggregate(prev, models, [1, 1, 1, 1])
+    np.testing.assert_allclose(new["w"], [1.0, 0.0, -0.5])
+    # agreement everywhere (threshold 0) is FedAvg, and nobody is flagged
+    fedavg, _ = robust.NoDefence().aggregate(prev, models, [1, 2, 3, 4])
+    np.testing.assert_allclose(robust.RobustLR(threshold=0).aggregate(prev, models, [1, 2, 3, 4])[0]["w"], fedavg["w"])
+    assert flagged == []
+    with pytest.raises(ValueError, match="threshold"):
+        robust.RobustLR(threshold=-1)

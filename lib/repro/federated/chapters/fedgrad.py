@@ -27,7 +27,7 @@ from repro.models import set_weights
 from repro.params import ChapterParams, require
 from repro.results import Evidence
 
-DEFENCES = ("none", "norm-clipping", "multi-krum", "rfa", "flame-lite", "fedgrad")
+DEFENCES = ("none", "norm-clipping", "multi-krum", "rfa", "rlr", "flame-lite", "fedgrad")
 NEEDED = ("none", "fedgrad")
 """The defences the claims compare."""
 
@@ -99,6 +99,7 @@ def make_defence(name: str, spec: TaskSpec, num_malicious: int, clip_bound: floa
         "norm-clipping": lambda: robust.NormClipping(clip_bound),
         "multi-krum": lambda: robust.MultiKrumDefence(num_malicious),
         "rfa": lambda: robust.RFA(),
+        "rlr": lambda: robust.RobustLR(),
         "flame-lite": lambda: robust.FlameLite(),
         "fedgrad": lambda: robust.FedGradFilter(f"{last}.weight", f"{last}.bias", switch_round=switch_round,
                                                num_malicious=num_malicious),
@@ -256,6 +257,7 @@ LABELS = {
     "norm-clipping": "norm clipping",
     "multi-krum": "Multi-Krum",
     "rfa": "RFA",
+    "rlr": "RLR",
     "flame-lite": "FLAME-lite",
     "fedgrad": "FedGrad",
 }
