@@ -1,13 +1,14 @@
 """The FedAudio chapter: federated keyword spotting under SNR noise and label noise, FedAvg against FedOpt.
 
-:class:`AudioRun` is one seeded run, :func:`run` executes it and returns a
-:class:`RunRecord`; :func:`tune` gives every aggregator the same number of
-settings on a tuning seed, scores them on validation clips (never the test
-set) and keeps each one's best, a setting that diverges (non-finite loss or
-weights) losing the tuning whatever it scored; :func:`sweep` runs the
-tuned aggregators on clean data and tuned FedAvg under every noise level;
-:func:`claims` turns the records into the ledger's per-seed values.  The
-figures and tables are the chapter's own.
+:class:`Params` holds the chapter's parameters.  :class:`AudioRun` is one
+seeded run, :func:`run_one` executes it and returns an :class:`AudioRecord`;
+:func:`tune` gives every aggregator the same number of settings on a tuning
+seed, scores them on validation clips (never the test set) and keeps each
+one's best, a setting that diverges (non-finite loss or weights) losing the
+tuning whatever it scored; :func:`sweep` runs the tuned aggregators on clean
+data and tuned FedAvg under every noise level; :func:`run` does both and
+returns the :class:`Results`, which :func:`claims` turns into the ledger's
+evidence.  The figures and tables are the chapter's own.
 """
 
 from __future__ import annotations
@@ -37,12 +38,67 @@ from repro.federated.keywords import (
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.tuning import best_settings, chosen
 from repro.parallel import parallel_map
+from repro.params import ChapterParams, require
+from repro.results import Evidence
 
 AGGREGATORS = ("fedavg", "fedadam", "fedyogi", "fedadagrad")
 LABELS = {"fedavg": "FedAvg", "fedadam": "FedAdam", "fedyogi": "FedYogi", "fedadagrad": "FedAdagrad"}
 COLOURS = {"fedavg": "tab:gray", "fedadam": "tab:blue", "fedyogi": "tab:orange", "fedadagrad": "tab:green"}
 CONDITIONS = ("clean", "snr", "label_noise")
 SPLITS = ("test", "validation")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params(ChapterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``fedaudio.yaml``)."""
+
+    num_speakers: int
+    train_clips: int
+    test_clips: int
+    valid_clips: int
+    imbalance: float
+    active_clients: int
+    steps: int
+    batch_size: int
+    rounds: int
+    lr: float
+    client_lrs: tuple[float, ...]
+    server_lrs: tuple[float, ...]
+    tune_seed: int
+    snrs: tuple[float, ...]
+    label_noises: tuple[float, ...]
+    seeds: tuple[int, ...]
+    workers: int
+    device: str
+    eval_every: int
+
+    def checks(self) -> None:
+        """Refuse the impossible combinations before any run starts."""
+        require(self.active_clients <= self.num_speakers, self, ("active_clients", "num_speakers"),
+                "active_clients must not exceed num_speakers (one client per speaker)")
+        require(len(self.client_lrs) == len(self.server_lrs) >= 1, self, ("client_lrs", "server_lrs"),
+                "equal tuning budgets: client_lrs and server_lrs need the same (non-zero) length")
+        require(self.tune_seed not in self.seeds, self, ("tune_seed", "seeds"), "tune on a seed that is not reported")
+        require(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), self, "seeds",
+                "give at least one seed, each once")
+        require(len(self.snrs) >= 1 and len(set(self.snrs)) == len(self.snrs), self, "snrs",
+                "give at least one SNR level, each once")
+        require(len(self.label_noises) >= 1 and len(set(self.label_noises)) == len(self.label_noises), self,
+                "label_noises", "give at least one label-noise level, each once")
+        require(all(0 < e < 1 for e in self.label_noises), self, "label_noises",
+                "label-noise levels must lie strictly between 0 and 1 (the clean run is always included)")
+        require(self.eval_every <= self.rounds, self, ("eval_every", "rounds"),
+                "eval_every must not exceed rounds (the budget accuracy needs an evaluation)")
+
+    def task(self) -> KeywordTask:
+        """The clean federation of speakers (data seed 0)."""
+        return KeywordTask(num_speakers=self.num_speakers, train_clips=self.train_clips, test_clips=self.test_clips,
+                           imbalance=self.imbalance, seed=0, valid_clips=self.valid_clips)
+
+    def schedule(self) -> Schedule:
+        """What every run shares."""
+        return Schedule(steps=self.steps, batch_size=self.batch_size, rounds=self.rounds,
+                        active_clients=self.active_clients, eval_every=self.eval_every, device=self.device)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +174,7 @@ class AudioRun:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunRecord:
+class AudioRecord:
     """What one run produced.
 
     Accuracies are in percent on the run's ``scored_on`` split; ``curve`` is ``(round, accuracy)`` per
@@ -154,7 +210,7 @@ def build_strategy(job: AudioRun) -> SeededFedAvg:
     return SERVER_OPTIMISERS[job.aggregator](plan.active_clients, local, seed=job.seed, eta=job.server_lr)
 
 
-def run(job: AudioRun) -> RunRecord:
+def run_one(job: AudioRun) -> AudioRecord:
     """Run ``job`` on the in-process Flower engine, evaluating on its ``scored_on`` split."""
     task, plan = job.recorded_task(), job.schedule
     app = make_keyword_client_app(task, {"seed": job.seed, "device": plan.device})
@@ -169,7 +225,7 @@ def run(job: AudioRun) -> RunRecord:
         progress=job.progress,
     )
     s = RunSummary.of(hist)
-    return RunRecord(
+    return AudioRecord(
         aggregator=job.aggregator,
         condition=job.condition,
         level=job.level,
@@ -225,16 +281,8 @@ def candidates(aggregator: str, lr: float, client_lrs: list[float], server_lrs: 
     return [(float(lr), float(s)) for s in server_lrs]
 
 
-def tune(
-    task: KeywordTask,
-    schedule: Schedule,
-    tune_seed: int,
-    lr: float,
-    client_lrs: list[float],
-    server_lrs: list[float],
-    workers: int = 1,
-) -> dict[str, Tuned]:
-    """Every aggregator's best setting on clean data, judged on ``tune_seed`` (not a reported seed).
+def tune(params: Params) -> dict[str, Tuned]:
+    """Every aggregator's best setting on clean data, judged on ``params.tune_seed`` (not a reported seed).
 
     Tuning runs are scored on the task's validation clips, never on the test set.  The choice is
     :func:`repro.federated.tuning.best_settings` (grids of one size, best validation accuracy at the
@@ -244,20 +292,21 @@ def tune(
     Raises
     ------
     ValueError
-        If the grids differ in length, if ``task`` has no validation clips and there is a grid to tune
+        If the grids differ in length, if the task has no validation clips and there is a grid to tune
         over, or if every setting of an aggregator diverged.
     """
-    grids = {a: candidates(a, lr, client_lrs, server_lrs) for a in AGGREGATORS}
-    if len(client_lrs) == 1:
+    task, schedule, lr = params.task(), params.schedule(), params.lr
+    grids = {a: candidates(a, lr, list(params.client_lrs), list(params.server_lrs)) for a in AGGREGATORS}
+    if len(params.client_lrs) == 1:
         return {a: Tuned(aggregator=a, lr=grids[a][0][0], server_lr=grids[a][0][1], candidates=()) for a in AGGREGATORS}
     if task.valid_clips < 1:
-        raise ValueError("parameter 'task': tuning needs validation clips (valid_clips >= 1)")
+        raise ValueError("parameter 'valid_clips': tuning needs validation clips (valid_clips >= 1)")
     jobs = [
-        AudioRun(aggregator=a, condition="clean", level=0.0, seed=tune_seed, task=task, lr=c, server_lr=s,
+        AudioRun(aggregator=a, condition="clean", level=0.0, seed=params.tune_seed, task=task, lr=c, server_lr=s,
                  schedule=schedule, scored_on="validation")
         for a in AGGREGATORS for c, s in grids[a]
     ]
-    done = parallel_map(run, jobs, workers, desc="tuning")
+    done = parallel_map(run_one, jobs, params.workers, desc="tuning")
     tried = pd.DataFrame(
         [
             {
@@ -287,15 +336,7 @@ def tune(
     return out
 
 
-def sweep(
-    task: KeywordTask,
-    schedule: Schedule,
-    seeds: list[int],
-    tuned: dict[str, Tuned],
-    snrs: list[float],
-    label_noises: list[float],
-    workers: int = 1,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def sweep(params: Params, tuned: dict[str, Tuned]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tuned aggregators on clean data, and tuned FedAvg at every SNR and label-noise level, for every seed.
 
     Returns
@@ -306,17 +347,19 @@ def sweep(
     curves : DataFrame
         ``aggregator, condition, level, seed, round, accuracy`` at every evaluation.
     """
+    task, schedule = params.task(), params.schedule()
+
     def job(aggregator: str, condition: str, level: float, seed: int) -> AudioRun:
         t = tuned[aggregator]
         return AudioRun(aggregator=aggregator, condition=condition, level=level, seed=seed, task=task, lr=t.lr,
                         server_lr=t.server_lr, schedule=schedule)
 
     jobs = []
-    for seed in seeds:
+    for seed in params.seeds:
         jobs += [job(a, "clean", 0.0, seed) for a in AGGREGATORS]
-        jobs += [job("fedavg", "snr", float(v), seed) for v in snrs]
-        jobs += [job("fedavg", "label_noise", float(v), seed) for v in label_noises]
-    done = parallel_map(run, jobs, workers, desc="runs")
+        jobs += [job("fedavg", "snr", float(v), seed) for v in params.snrs]
+        jobs += [job("fedavg", "label_noise", float(v), seed) for v in params.label_noises]
+    done = parallel_map(run_one, jobs, params.workers, desc="runs")
     keys = ("aggregator", "condition", "level", "seed")
     final = pd.DataFrame(
         [
@@ -335,6 +378,42 @@ def sweep(
     return final, curves
 
 
+@dataclass(frozen=True, kw_only=True)
+class Results:
+    """What one run of the chapter produced.
+
+    Attributes
+    ----------
+    final
+        One row per reported run (:func:`sweep`).
+    curves
+        Accuracy at every evaluation of every reported run.
+    tuned
+        Every aggregator's chosen setting and the candidates it tried (:func:`tune`).
+    trivial
+        Test accuracy of always answering the test set's most common class (percent; chance on the
+        class-balanced test set).
+    """
+
+    final: pd.DataFrame
+    curves: pd.DataFrame
+    tuned: dict[str, Tuned]
+    trivial: float
+
+
+def majority_share(task: KeywordTask) -> float:
+    """Percent of the test clips in the most common class: the accuracy of always answering it."""
+    y = keyword_data(task.clean()).y_test
+    return float(100.0 * np.bincount(y).max() / len(y))
+
+
+def run(params: Params) -> Results:
+    """Tune every aggregator on the tuning seed, then run the reported seeds (:func:`tune`, :func:`sweep`)."""
+    tuned = tune(params)
+    final, curves = sweep(params, tuned)
+    return Results(final=final, curves=curves, tuned=tuned, trivial=majority_share(params.task()))
+
+
 # ----- claims -----------------------------------------------------------------------------
 def ladder(final: pd.DataFrame, condition: str) -> pd.DataFrame:
     """FedAvg's accuracy per seed (rows) along a noise ladder (columns), cleanest first.
@@ -348,17 +427,28 @@ def ladder(final: pd.DataFrame, condition: str) -> pd.DataFrame:
     return pd.concat([clean, noisy], axis=1)
 
 
-def claims(final: pd.DataFrame) -> dict[str, list[float]]:
-    """Per-seed values of the chapter's claims (points of accuracy)."""
-    out = {}
-    for condition, name in (("snr", "snr"), ("label_noise", "label_noise")):
+def claims(results: Results) -> dict[str, Evidence | list[float]]:
+    """The ledger's evidence (points of accuracy per seed).
+
+    The noise claims' arm is FedAvg on clean data (the noisy runs' fall toward chance is what they
+    measure); the aggregator claim's arms are tuned FedAvg and tuned FedAdam on clean data.
+    """
+    final = results.final
+    out: dict[str, Evidence | list[float]] = {}
+    for condition in ("snr", "label_noise"):
         steps = ladder(final, condition)
         drops = -steps.diff(axis=1).iloc[:, 1:]
-        out[f"{name}_drop"] = [float(v) for v in steps.iloc[:, 0] - steps.iloc[:, -1]]
-        out[f"{name}_monotone"] = [float(v) for v in drops.min(axis=1)]
+        arms = {"FedAvg, clean": [float(v) for v in steps.iloc[:, 0]]}
+        out[f"{condition}_drop"] = Evidence(values=[float(v) for v in steps.iloc[:, 0] - steps.iloc[:, -1]],
+                                            arms=arms, trivial=results.trivial)
+        out[f"{condition}_monotone"] = Evidence(values=[float(v) for v in drops.min(axis=1)], arms=arms,
+                                                trivial=results.trivial)
     clean = final[final.condition == "clean"]
     acc = {a: clean[clean.aggregator == a].set_index("seed").budget_accuracy for a in ("fedavg", "fedadam")}
-    out["fedadam_shortfall"] = [float(acc["fedavg"][s] - acc["fedadam"][s]) for s in sorted(acc["fedavg"].index)]
+    seeds = sorted(acc["fedavg"].index)
+    out["fedadam_shortfall"] = Evidence(values=[float(acc["fedavg"][s] - acc["fedadam"][s]) for s in seeds],
+                                        arms={LABELS[a]: [float(acc[a][s]) for s in seeds] for a in acc},
+                                        trivial=results.trivial)
     return out
 
 
