@@ -76,7 +76,7 @@ def test_bundle_with_wheels_installs_and_runs_with_the_network_off(out_root, tmp
     target = tmp_path / "elsewhere"
     with tarfile.open(b.archive) as tar:
         tar.extractall(target, filter="data")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("REPRO_", "VIRTUAL_ENV"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REPRO_", "VIRTUAL_ENV", "PYTHONPATH"))}
     env["PATH"] = ":".join(p for p in env["PATH"].split(":") if ".venv" not in p)
     proc = subprocess.run([*_network_off(), "bash", str(target / CHAPTER / "run.sh"), "smoke"], env=env,
                           capture_output=True, text=True, timeout=1800)

@@ -8,7 +8,7 @@ import pytest
 
 from repro import atomic
 from repro.registry import load_registry
-from repro.results import Ledger, summarise
+from repro.results import Evidence, Ledger, summarise
 from repro.verdicts import SMOKE_NOT_JUDGED, VERDICTS
 
 CH = load_registry().get("fedlama")
@@ -21,13 +21,19 @@ def test_summarise():
         summarise([])
 
 
+def _evidence(claim, values: list[float]) -> Evidence | list[float]:
+    """``values``, with arms well above any trivial level where the claim has a learning precondition."""
+    return Evidence(values=values, arms={"a": [90.0] * len(values), "b": [91.0] * len(values)}, trivial=10.0) \
+        if claim.learning else values
+
+
 def test_ledger_records_and_saves(tmp_path):
     led = Ledger("fedlama", "smoke", tmp_path)
     first, *rest = CH.claims
-    led.record(first.id, [2.0, 2.0])
+    led.record(first.id, _evidence(first, [2.0, 2.0]))
     with pytest.raises(ValueError, match="not recorded"):
         led.save()
-    led.record_all({c.id: [0.5, 0.7, 0.9] for c in rest})
+    led.record_all({c.id: _evidence(c, [0.5, 0.7, 0.9]) for c in rest})
     data = json.loads(led.save().read_text())
     assert data["claims"][first.id]["mean"] == 2.0
     assert data["claims"][first.id]["verdict"] == SMOKE_NOT_JUDGED
