@@ -89,3 +89,23 @@ def test_every_chapter_has_a_reference_record_that_meets_the_convention(chapter)
             f"rerun `repro reference {chapter.id}` after the chapter's cpu run")
         if again[claim.id] == DIRECTION_ONLY:
             assert claim.paper_value is None
+
+
+@pytest.mark.parametrize("chapter", REG.chapters, ids=lambda c: c.id)
+def test_no_judged_claim_repeats_another_claims_values(chapter):
+    """A baseline that degenerates into another proves nothing: no two judged claims share their per-seed values.
+
+    Two claims whose values agree to 1e-9 score one comparison twice (feddct's SplitFed was FedAvg-large;
+    component-embedded's one-thread-per-component design was the sequential one on pipeline models).
+    Exact-agreement checks (all zeros) may coincide.
+    """
+    ref = load_reference(chapter.id)
+    assert ref is not None
+    seen: dict[tuple[float, ...], str] = {}
+    for claim in chapter.claims:
+        values = tuple(round(v, 9) for v in ref["claims"][claim.id]["values"])
+        if len(values) < 2 or not any(values):
+            continue
+        other = seen.setdefault(values, claim.id)
+        judged = {claim.kind, chapter.claim(other).kind} - {"structural", "precondition"}
+        assert other == claim.id or not judged, f"{claim.id} repeats {other}'s values {values}"

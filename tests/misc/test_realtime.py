@@ -234,3 +234,32 @@ def test_federated_schedules_of_random_designs_hold_in_simulation(seed):
     for core in fs.partitions:
         worst = rt.simulate_fixed_priority(core, max(t.period for t in core))
         assert all(worst[t.name] <= fs.bounds[t.name] * (1 + 1e-9) for t in core)
+
+
+@pytest.mark.parametrize("layout", rt.LAYOUTS)
+def test_layouts_deal_the_same_graph_to_components(layout):
+    """A pipeline's components are blocks of consecutive layers; side by side, every component spans the layers.
+
+    Either way the same layered graph is drawn, with every action in exactly one component.
+    """
+    graphs = {}
+    for lay in rt.LAYOUTS:
+        system = rt.random_system(30, 3, 6, 0.2, 0.0, np.random.default_rng(3), layout=lay)
+        graphs[lay] = rt.precedence_graph(system)
+        assert sorted(a.name for c in system.components for a in c.actions) == sorted(f"a{i}" for i in range(30))
+    def action_edges(g: nx.DiGraph) -> set[tuple[str, str]]:
+        return {(u.split(".")[1], v.split(".")[1]) for u, v in g.edges}
+
+    assert action_edges(graphs["pipeline"]) == action_edges(graphs["side_by_side"])
+    g = graphs[layout]
+    first_layer = [v for v in g if g.in_degree(v) == 0]
+    comps_in_first_layer = {g.nodes[v]["component"] for v in first_layer}
+    if layout == "pipeline":
+        assert len(comps_in_first_layer) == 1
+    else:
+        assert len(comps_in_first_layer) == min(3, len(first_layer))
+
+
+def test_an_unknown_layout_is_refused():
+    with pytest.raises(ValueError, match="layout"):
+        rt.random_system(30, 3, 6, 0.2, 0.0, np.random.default_rng(3), layout="ring")

@@ -47,6 +47,7 @@ import numpy as np
 import simpy
 
 DESIGNS = ("sequential", "per_component", "chains")
+LAYOUTS = ("pipeline", "side_by_side")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -286,21 +287,32 @@ def random_exec_times(g: nx.DiGraph, low_fraction: float, rng: np.random.Generat
 
 
 def random_system(n_actions: int, n_components: int, layers: int, edge_prob: float, loop_share: float,
-                  rng: np.random.Generator) -> System:
+                  rng: np.random.Generator, layout: str = "pipeline") -> System:
     """A random layered component model.
 
     ``n_actions`` actions are spread over ``layers`` layers; each action of a
     layer gets at least one predecessor in the layer before and every other
-    one with probability ``edge_prob``.  Components are blocks of consecutive
-    layers (a pipeline of components, each with internal parallelism).  WCETs
-    are log-uniform in [1, 100]; a share ``loop_share`` of the actions are
-    loops of 4-32 independent iterations.
+    one with probability ``edge_prob``.  WCETs are log-uniform in [1, 100]; a
+    share ``loop_share`` of the actions are loops of 4-32 independent
+    iterations.  ``layout`` (one of :data:`LAYOUTS`) says how actions belong
+    to components: ``pipeline``, components are blocks of consecutive layers
+    (stages, each with internal parallelism, each fed by the one before);
+    ``side_by_side``, the actions of every layer are dealt to the components
+    in turn, so every component spans all layers and components run
+    concurrently, exchanging data at each layer.
     """
-    if layers < n_components:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layers < n_components and layout == "pipeline":
         raise ValueError("need at least one layer per component")
+    if n_actions < n_components:
+        raise ValueError("need at least one action per component")
     sizes = np.bincount(rng.integers(0, layers, size=n_actions - layers), minlength=layers) + 1
     layer_of = np.repeat(np.arange(layers), sizes)
-    comp_of_layer = np.minimum(np.arange(layers) * n_components // layers, n_components - 1)
+    if layout == "pipeline":
+        comp_of = np.minimum(np.arange(layers) * n_components // layers, n_components - 1)[layer_of]
+    else:
+        comp_of = np.arange(n_actions) % n_components
     names = [f"a{i}" for i in range(n_actions)]
     wcet = np.exp(rng.uniform(0.0, math.log(100.0), size=n_actions))
     iters = np.where(rng.random(n_actions) < loop_share, rng.integers(4, 33, size=n_actions), 1)
@@ -313,13 +325,13 @@ def random_system(n_actions: int, n_components: int, layers: int, edge_prob: flo
             edges += [(int(u), int(v)) for u in sorted(preds)]
     comps = []
     for c in range(n_components):
-        members = [i for i in range(n_actions) if comp_of_layer[layer_of[i]] == c]
+        members = [i for i in range(n_actions) if comp_of[i] == c]
         inner = tuple((names[u], names[v]) for u, v in edges if u in members and v in members)
         comps.append(
             Component(name=f"c{c}", flows=inner,
                       actions=tuple(Action(name=names[i], wcet=float(wcet[i]), iterations=int(iters[i])) for i in members)),
         )
-    comp_name = {i: f"c{comp_of_layer[layer_of[i]]}" for i in range(n_actions)}
+    comp_name = {i: f"c{comp_of[i]}" for i in range(n_actions)}
     cross = tuple((f"{comp_name[u]}.{names[u]}", f"{comp_name[v]}.{names[v]}") for u, v in edges if comp_name[u] != comp_name[v])
     return System(components=tuple(comps), connections=cross)
 

@@ -486,7 +486,6 @@ def claims(results: Results) -> dict[str, Evidence | list[float]]:
         "gain_vs_fedavg_large": gain("fedavg_large"),
         "gain_vs_fedavg_large_equal_steps": gain("fedavg_large_long"),
         "gain_vs_fedavg_small": gain("fedavg_small"),
-        "gain_vs_splitfed": gain("splitfed_large"),
         "gain_vs_fedprox": gain("fedprox_large"),
         "gain_vs_fedgkt": gain("fedgkt"),
         "rounds_saved_vs_fedavg_large": saved("fedavg_large"),
@@ -496,6 +495,17 @@ def claims(results: Results) -> dict[str, Evidence | list[float]]:
 
 
 # ----- what the reading reports ------------------------------------------------------------------
+def splitfed_gap(results: Results) -> float:
+    """Largest absolute difference, over the seeds, between SplitFed's and FedAvg-large's final test accuracy, points.
+
+    SplitFed with a server-side copy per client, every client selected and both
+    halves averaged each round does FedAvg's arithmetic, so the gap is float
+    noise; it is why SplitFed is shown but not scored.
+    """
+    acc = accuracies(results)
+    return float((acc["splitfed_large"] - acc["fedavg_large"]).abs().max())
+
+
 def schedule_share(results: Results) -> float:
     """Share of FedDCT's mean gain over FedAvg-large that the undivided model with the cluster schedule also gets.
 
