@@ -33,6 +33,8 @@ def test_profiles_validate(root):
         ({"phis": 2}, "parameter 'phis': expected list[int]"),
         ({"phis": [2, 0]}, "parameter 'phis[1]': 0 is below the minimum"),
         ({"seeds": []}, "parameter 'seeds': expected a non-empty"),
+        ({"seeds": [3, 1, 3]}, "parameter 'seeds': values must be distinct"),
+        ({"phis": [2, 4, 2]}, "parameter 'phis': values must be distinct"),
     ],
 )
 def test_bad_values_name_the_parameter(override, fragment):
@@ -183,3 +185,20 @@ def test_params_checks_run_before_any_kernel(monkeypatch):
     monkeypatch.setattr(params, "params_class", lambda chapter: Strict)
     with pytest.raises(params.ParameterError, match=r"parameter 'rounds': must exceed 100 \(got rounds=1\)"):
         params.build_params(CH, {"rounds": 1})
+
+
+REGISTRY = load_registry()
+
+
+@pytest.mark.parametrize("chapter", REGISTRY.chapters, ids=lambda c: c.id)
+def test_every_distinct_list_refuses_a_repeat_by_name_and_every_seeds_list_is_distinct(root, chapter):
+    """Repeated seeds, arms or grid points are refused by the schema, before any kernel, in every chapter."""
+    if "seeds" in chapter.parameters:
+        assert chapter.parameters["seeds"].get("distinct") is True, "a seeds list must declare distinct: true"
+    for name, spec in chapter.parameters.items():
+        if not spec.get("distinct"):
+            continue
+        assert spec["type"].startswith("list["), f"{name}: distinct is for lists"
+        first = params.resolve(chapter, "smoke")[name][0]
+        with pytest.raises(params.ParameterError, match=f"parameter '{name}': values must be distinct"):
+            params.resolve(chapter, "smoke", {name: [first, first]})

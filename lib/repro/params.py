@@ -141,7 +141,8 @@ def check_value(name: str, spec: dict[str, Any], value: Any) -> Any:
     name
         The parameter's name, used in error messages.
     spec
-        Its schema entry: ``type`` plus optional ``min``, ``max``, ``choices``.
+        Its schema entry: ``type`` plus optional ``min``, ``max``, ``choices`` and,
+        for a list, ``distinct`` (no value may repeat: seeds, arms, grid points).
         The type ``device`` (``cpu``, ``cuda`` or ``auto``) also refuses
         ``cuda`` where torch sees no CUDA device.
     value
@@ -164,6 +165,10 @@ def check_value(name: str, spec: dict[str, Any], value: Any) -> Any:
             raise ParameterError(f"parameter {name!r}: expected {kind}, got {type(value).__name__} {value!r}")
         if len(value) == 0:
             raise ParameterError(f"parameter {name!r}: expected a non-empty {kind}")
+        if spec.get("distinct") and len(set(value)) != len(value):
+            repeated = sorted({v for v in value if list(value).count(v) > 1}, key=str)
+            raise ParameterError(f"parameter {name!r}: values must be distinct (each is one seed, arm or grid point), "
+                                 f"got {list(value)!r}, repeating {repeated!r}")
         return [_check_scalar(f"{name}[{i}]", inner, v, spec) for i, v in enumerate(value)]
     if kind not in _SCALARS:
         raise ValueError(f"schema of {name!r} has unknown type {kind!r}")

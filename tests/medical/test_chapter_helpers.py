@@ -51,8 +51,6 @@ def test_trivial_report_is_the_most_frequent_training_report():
 
 
 def test_checks_name_the_parameters():
-    with pytest.raises(ParameterError, match="'lr_grid'"):
-        _cpdm(lr_grid=(1e-3, 1e-3)).checks()
     with pytest.raises(ParameterError, match="'coupling_sweep', 'attenuation_coupling'"):
         _cpdm(coupling_sweep=(4.0,)).checks()
     with pytest.raises(ParameterError, match="'sample_steps', 'n_timesteps'"):

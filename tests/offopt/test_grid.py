@@ -299,8 +299,6 @@ def test_chapter_grid_is_the_same_on_one_or_two_workers(tiny) -> None:
 def test_grid_settings_checks_name_the_parameters() -> None:
     from repro.params import ParameterError
 
-    with pytest.raises(ParameterError, match="'tasks'"):
-        g.GridSettings(**{**SETTINGS, "tasks": ["ackley", "ackley"]}).checks()
     with pytest.raises(ParameterError, match="'n_candidates'"):
         g.GridSettings(**{**SETTINGS, "n_candidates": 151}).checks()
     g.GridSettings(**{**SETTINGS, "n_candidates": 150}).checks()

@@ -123,7 +123,6 @@ def test_the_time_saving_counts_only_where_the_accuracy_is_kept():
     ({"window": 2}, "'window', 'max_coarse_epochs'"),
     ({"decay_fractions": (0.75, 0.5)}, "'decay_fractions'"),
     ({"decay_fractions": (0.0, 0.5)}, "'decay_fractions'"),
-    ({"seeds": (1, 1)}, "'seeds'"),
 ])
 def test_impossible_combinations_are_refused_by_name(changes, named):
     _params().checks()

@@ -150,9 +150,7 @@ class GridSettings(ChapterParams):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def checks(self) -> None:
-        """Refuse repeated tasks or seeds and an offline set smaller than ``n_candidates``."""
-        require(len(set(self.tasks)) == len(self.tasks), self, "tasks", "tasks must not repeat")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must not repeat")
+        """Refuse an offline set smaller than ``n_candidates`` (the schema's ``distinct`` refuses repeats)."""
         offline = int(self.n_pool * self.q / 100.0)
         require(offline >= self.n_candidates, self, ("n_pool", "q", "n_candidates"),
                 f"the offline set (n_pool * q / 100 = {offline} designs) must hold at least n_candidates designs, "

@@ -60,8 +60,6 @@ def test_jobs_cover_every_rule_and_weight_for_every_seed():
     ({"active_clients": 9}, "active_clients"),
     ({"candidates": 21}, "candidates"),
     ({"num_clients": 1000}, "num_clients"),
-    ({"betas": (1.0, 1.0)}, "betas"),
-    ({"seeds": (0, 0)}, "seeds"),
 ])
 def test_impossible_combinations_are_refused_naming_the_parameter(change, named):
     with pytest.raises(ParameterError, match=named):

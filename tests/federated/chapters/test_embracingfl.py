@@ -63,8 +63,6 @@ def test_claims_are_read_in_the_weak_heavy_mix_with_both_arms():
     ('tuning_seed', dict(tuning_seed=0)),
     ('active_clients', dict(active_clients=7)),
     ('num_clients', dict(n_train=100, num_clients=60, active_clients=3)),
-    ('seeds', dict(seeds=(0, 0))),
-    ('lrs', dict(lrs=(0.1, 0.1))),
 ])
 def test_every_impossible_combination_is_refused_naming_its_parameters(named, change):
     TINY.checks()  # the base case passes

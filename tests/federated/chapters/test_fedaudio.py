@@ -88,8 +88,6 @@ def test_the_trivial_level_is_chance_on_the_class_balanced_test_set():
     ({"server_lrs": (0.01,)}, "client_lrs"),
     ({"client_lrs": (), "server_lrs": ()}, "client_lrs"),
     ({"tune_seed": 1}, "tune_seed"),
-    ({"seeds": (0, 0)}, "seeds"),
-    ({"snrs": ()}, "snrs"),
     ({"label_noises": (0.0,)}, "label_noises"),
     ({"label_noises": (1.0,)}, "label_noises"),
     ({"eval_every": 3}, "eval_every"),

@@ -98,9 +98,7 @@ def test_clusters_must_be_whole():
     ('mus', dict(mus=(0.01, 0.1, 1.0))),
     ('split_factor', dict(split_factor=3)),
     ('tuning_seed', dict(tuning_seed=0)),
-    ('cot_finals', dict(cot_finals=(0.5, 0.5))),
     ('num_clients', dict(n_train=100, num_clients=200, split_factor=2)),
-    ('seeds', dict(seeds=(0, 0))),
     ('eval_every', dict(eval_every=5)),
 ])
 def test_every_impossible_combination_is_refused_naming_its_parameters(named, change):

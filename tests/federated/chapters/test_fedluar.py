@@ -42,7 +42,6 @@ def test_claims_from_a_known_frame():
     ({"active_clients": 9}, "'active_clients', 'num_clients'"),
     ({"deltas": (1, 4), "delta": 4}, "'deltas', 'hidden'"),
     ({"num_clients": 300, "active_clients": 4}, "'dataset', 'n_train', 'num_clients'"),
-    ({"seeds": (0, 0)}, "'seeds'"),
 ])
 def test_impossible_combinations_are_refused_by_name(change, names):
     fedluar.Params(**BASE).checks()

@@ -60,8 +60,6 @@ def test_tiers_follow_the_share_and_the_run_rejects_unknown_methods():
     ('tuning_seed', dict(tuning_seed=0)),
     ('active_clients', dict(active_clients=9)),
     ('num_clients', dict(n_train=100, num_clients=60, active_clients=4)),
-    ('seeds', dict(seeds=(0, 0))),
-    ('lrs', dict(lrs=(0.1, 0.1))),
 ])
 def test_every_impossible_combination_is_refused_naming_its_parameters(named, change):
     TINY.checks()  # the base case passes

@@ -73,8 +73,6 @@ def test_every_baseline_is_tuned_on_validation_over_one_size_of_grid(shuffled_te
     ('tuning_seed', dict(tuning_seed=0)),
     ('active_clients', dict(active_clients=13)),
     ('dense_alpha', dict(dense_alpha=0.1)),
-    ('feddyn_alphas', dict(feddyn_alphas=(0.1, 0.1))),
-    ('seeds', dict(seeds=(0, 0))),
 ])
 def test_every_impossible_combination_is_refused_naming_its_parameters(named, change):
     TINY.checks()  # the base case passes

@@ -57,8 +57,6 @@ def test_every_method_is_tuned_on_validation_and_never_on_test(shuffled_test_lab
     ('samples_per_client', dict(samples_per_client=400)),
     ('tuning_seed', dict(tuning_seed=1)),
     ('cloud_every', dict(cloud_every=3)),
-    ('seeds', dict(seeds=(0, 0))),
-    ('lrs', dict(lrs=(0.1, 0.1))),
 ])
 def test_every_impossible_combination_is_refused_naming_its_parameters(named, change):
     TINY.checks()  # the base case passes

@@ -78,8 +78,6 @@ def test_checks_need_the_layout_the_per_component_gain_is_judged_on():
 
     with pytest.raises(ParameterError, match="'layouts'"):
         dataclasses.replace(PARAMS, layouts=("pipeline",)).checks()
-    with pytest.raises(ParameterError, match="'layouts'"):
-        dataclasses.replace(PARAMS, layouts=("side_by_side", "side_by_side")).checks()
 
 
 def test_one_thread_per_component_is_scored_where_it_is_not_the_sequential_design():

@@ -26,10 +26,6 @@ def test_judged_variant_prefers_dual_ascent() -> None:
 
 
 def test_checks_name_the_parameters() -> None:
-    with pytest.raises(ParameterError, match="'variants'"):
-        ignite.Params(**{**VALUES, "variants": ("ignite", "ignite")}).checks()
-    with pytest.raises(ParameterError, match="'seeds'"):
-        ignite.Params(**{**VALUES, "seeds": (1, 1)}).checks()
     with pytest.raises(ParameterError, match="'n_candidates'"):  # 300 * 50% = 150 offline designs < 200 starts
         ignite.Params(**{**VALUES, "n_candidates": 200}).checks()
     ignite.Params(**VALUES).checks()

@@ -22,7 +22,6 @@ def _params(**changes) -> driver.Params:
 @pytest.mark.parametrize(("changes", "named"), [
     ({"claim_ratio": 2.0}, "'claim_ratio', 'bandwidth_ratios'"),
     ({"capacity_fraction": 0.4}, "'capacity_fraction', 'capacity_fractions'"),
-    ({"seeds": (1, 1)}, "'seeds'"),
     ({"exhaustive_limit": 6}, "'exhaustive_limit'"),
 ])
 def test_impossible_combinations_are_refused_by_name(changes, named):

@@ -27,7 +27,6 @@ def _params(**changes) -> driver.Params:
     ({"batches": (256, 1024)}, "'batches'"),
     ({"image": 48}, "'image'"),
     ({"width_divisor": 3}, "'width_divisor'"),
-    ({"seeds": (0, 0)}, "'seeds'"),
 ])
 def test_impossible_combinations_are_refused_by_name(changes, named):
     _params().checks()

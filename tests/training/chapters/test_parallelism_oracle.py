@@ -78,7 +78,6 @@ def test_the_try_it_volume_gives_a_finite_judged_claim_and_a_larger_one_is_refus
     ({"claim_processes": 128}, "'claim_processes', 'max_processes'"),
     ({"node_gpus": 3}, "'claim_processes', 'node_gpus'"),
     ({"cosmo_side": 100}, "'cosmo_side'"),
-    ({"seeds": (0, 0)}, "'seeds'"),
 ])
 def test_impossible_combinations_are_refused_by_name(changes, named):
     _params().checks()

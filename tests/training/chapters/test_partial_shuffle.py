@@ -30,7 +30,6 @@ def _params(**changes) -> driver.Params:
     ({"batch_size": 1000}, "'n_samples', 'num_workers', 'batch_size'"),
     ({"check_samples": 200, "batch_size": 90}, "'check_samples', 'batch_size'"),
     ({"warmup_epochs": 4.0}, "'warmup_epochs', 'epochs'"),
-    ({"seeds": (3, 3)}, "'seeds'"),
 ])
 def test_impossible_combinations_are_refused_by_name(changes, named):
     _params().checks()

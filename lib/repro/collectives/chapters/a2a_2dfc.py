@@ -68,7 +68,6 @@ class Params(ChapterParams, LinkConstants):
         require(self.judged_kb in self.sizes_kb, self, ("judged_kb", "sizes_kb"),
                 "the judged block size must be one of the simulated sizes")
         require(self.mpi_ranks % self.mpi_rows == 0, self, ("mpi_ranks", "mpi_rows"), "mpi_rows must divide mpi_ranks")
-        require(len(set(self.sizes_kb)) == len(self.sizes_kb), self, "sizes_kb", "block sizes must be distinct")
         require(all(int(kb * 1024) >= 1 for kb in self.sizes_kb), self, "sizes_kb",
                 "every block must hold at least one byte")
 

@@ -118,8 +118,6 @@ class Params(ChapterParams):
                 "the fat tree needs at least two leaves (p / hosts_per_leaf >= 2)")
         require(JUDGED_PLACEMENT in self.placements, self, "placements",
                 "placements must contain 0, the in-order placement every claim is judged at")
-        require(len(set(self.placements)) == len(self.placements), self, "placements", "placements must be distinct")
-        require(len(set(self.kernels)) == len(self.kernels), self, "kernels", "kernels must be distinct")
         require(all(0 < b < 0.5 for b in self.mc_bers), self, "mc_bers",
                 "Monte-Carlo bit error rates must lie strictly between 0 and 0.5")
 

@@ -166,10 +166,8 @@ class Params(ChapterParams):
         require(self.d >= 2, self, "d", "K(d,2) needs d >= 2 (a Kautz graph of degree 1 has no diameter-2 structure)")
         require(JUDGED_PLACEMENT in self.placements, self, "placements",
                 "placements must contain 0, the contiguous placement every claim is judged at")
-        require(len(set(self.placements)) == len(self.placements), self, "placements", "placements must be distinct")
         require(min(self.sizes_bytes) >= ELEMENT_BYTES, self, "sizes_bytes",
                 f"every size must hold at least one float32 ({ELEMENT_BYTES} bytes)")
-        require(len(set(self.df_routing)) == len(self.df_routing), self, "df_routing", "routings must be distinct")
 
     def setup(self) -> NetworkSetup:
         """The network constants of the run."""

@@ -59,8 +59,6 @@ class Params(ChapterParams):
                 "candidates must not exceed num_clients")
         require(available_train(self.dataset, self.n_train) >= 2 * self.num_clients, self,
                 ("dataset", "n_train", "num_clients"), "the split needs at least 2 training samples per client")
-        require(len(set(self.betas)) == len(self.betas), self, "betas", "betas must not repeat")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
 
     def spec(self) -> TaskSpec:
         """The task: the dataset split over the clients by a Dirichlet label skew."""

@@ -24,15 +24,15 @@ from matplotlib.figure import Figure
 from sklearn.metrics import adjusted_rand_score
 
 from repro.federated.cadis import CADIS, ClusterEqualWeights, ClusterRule, cluster_labels, cluster_matrix, make_kd_client_app
-from repro.federated.client import LocalSGD
 from repro.federated.engine import RunSummary, seed_differences
+from repro.federated.planted_params import PlantedClusterParams
 from repro.federated.regularised import make_regularised_client_app
 from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute, records_frame
 from repro.federated.strategies import SeededFedAvg, SeededFedProx
-from repro.federated.task import TaskSpec, available_train, majority_accuracy, planted_clusters
+from repro.federated.task import majority_accuracy, planted_clusters
 from repro.federated.tuning import Choice, best_settings, chosen, keep_best, validation_accuracy
 from repro.federated.weighting import FlowerPolicyFedAvg
-from repro.params import ChapterParams, require
+from repro.params import require
 from repro.results import Evidence
 
 METHODS = ("fedavg", "fedprox", "cluster-agg", "kd", "cadis", "oracle-agg")
@@ -40,27 +40,19 @@ NEEDED = ("fedavg", "fedprox", "cadis")
 """The methods the claims compare."""
 TUNING_METRIC = "validation_accuracy"
 """What FedProx's grid is tuned on: the final model's accuracy on the held-out training samples."""
-PROXIMAL_PULL = 0.1
-"""The smallest ``lr * mu * tau`` a FedProx grid value may have (below it FedProx is practically FedAvg)."""
 THRESHOLDS = tuple(np.round(np.arange(0.05, 1.0, 0.05), 2))
 """The thresholds at which :func:`threshold_figure` re-reads the final similarity memory."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class Params(ChapterParams):
-    """The chapter's parameters (the registry schema's, one field each; see ``cluster-skew-kd.yaml``)."""
+class Params(PlantedClusterParams):
+    """The chapter's parameters (the registry schema's, one field each; see ``cluster-skew-kd.yaml``).
 
-    dataset: str
-    cluster_sizes: tuple[int, ...]
-    samples_per_client: int
-    alpha: float
+    The task, local SGD and FedProx grid fields, their checks and builders are :class:`PlantedClusterParams`'s.
+    """
+
     active_clients: int
-    hidden: tuple[int, ...]
-    tau: int
     rounds: int
-    batch_size: int
-    lr: float
-    mus: tuple[float, ...]
     kd_mu: float
     threshold: float
     threshold_growth: bool
@@ -72,30 +64,12 @@ class Params(ChapterParams):
     workers: int
 
     def checks(self) -> None:
-        """Refuse the impossible combinations before any run starts."""
+        """Refuse the impossible combinations before any run starts (the shared ones first)."""
+        super().checks()
         require(self.active_clients <= sum(self.cluster_sizes), self, ("active_clients", "cluster_sizes"),
                 "active_clients must not exceed the number of clients (the sum of cluster_sizes)")
         require(all(m in self.methods for m in NEEDED), self, "methods",
                 f"methods must include {', '.join(NEEDED)} (the claims compare them)")
-        require(len(set(self.methods)) == len(self.methods), self, "methods", "methods must not repeat")
-        require(all(self.lr * m * self.tau >= PROXIMAL_PULL for m in self.mus), self, ("mus", "lr", "tau"),
-                f"every mu in mus must have lr * mu * tau >= {PROXIMAL_PULL}: a smaller proximal weight pulls the "
-                "local model back by under about 5% of a round's drift, which leaves FedProx practically FedAvg")
-        require(len(set(self.mus)) == len(self.mus), self, "mus", "the tuning grid must not repeat a value")
-        require(sum(self.cluster_sizes) * self.samples_per_client < available_train(self.dataset, None), self,
-                ("cluster_sizes", "samples_per_client", "dataset"),
-                "the clients must hold fewer samples than the dataset has, leaving a held-out set to tune on")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
-
-    def spec(self) -> TaskSpec:
-        """The task: planted clusters of clients, each cluster with its own Dirichlet label mix."""
-        return TaskSpec(dataset=self.dataset, num_clients=sum(self.cluster_sizes), scheme="cluster_skew",
-                        alpha=self.alpha, cluster_sizes=self.cluster_sizes, samples_per_client=self.samples_per_client,
-                        hidden=self.hidden, model="mlp", data_seed=0)
-
-    def sgd(self) -> LocalSGD:
-        """The clients' local SGD (no momentum)."""
-        return LocalSGD(batch_size=self.batch_size, lr=self.lr, momentum=0.0)
 
     def rule(self) -> ClusterRule:
         """CADIS's threshold rule."""

@@ -299,8 +299,6 @@ class Params(ChapterParams):
         require(dealt >= 2 * self.num_clients, self, ("dataset", "n_train", "validation_share", "num_clients"),
                 "the split needs at least 2 training samples per client after the validation share")
         require(self.tuning_seed not in self.seeds, self, ("tuning_seed", "seeds"), "the tuning seed must not be a reported seed")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
-        require(len(set(self.lrs)) == len(self.lrs), self, "lrs", "the learning rates of the grid must be distinct")
 
     def spec(self) -> TaskSpec:
         """The task: the dataset over the clients by a Dirichlet label skew, a validation share held out."""

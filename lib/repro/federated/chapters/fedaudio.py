@@ -79,12 +79,6 @@ class Params(ChapterParams):
         require(len(self.client_lrs) == len(self.server_lrs) >= 1, self, ("client_lrs", "server_lrs"),
                 "equal tuning budgets: client_lrs and server_lrs need the same (non-zero) length")
         require(self.tune_seed not in self.seeds, self, ("tune_seed", "seeds"), "tune on a seed that is not reported")
-        require(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), self, "seeds",
-                "give at least one seed, each once")
-        require(len(self.snrs) >= 1 and len(set(self.snrs)) == len(self.snrs), self, "snrs",
-                "give at least one SNR level, each once")
-        require(len(self.label_noises) >= 1 and len(set(self.label_noises)) == len(self.label_noises), self,
-                "label_noises", "give at least one label-noise level, each once")
         require(all(0 < e < 1 for e in self.label_noises), self, "label_noises",
                 "label-noise levels must lie strictly between 0 and 1 (the clean run is always included)")
         require(self.eval_every <= self.rounds, self, ("eval_every", "rounds"),

@@ -125,14 +125,10 @@ class Params(ChapterParams):
         require(len(self.mus) == len(self.cot_finals) == len(self.gkt_kd_weights), self,
                 ("mus", "cot_finals", "gkt_kd_weights"),
                 "FedProx, FedDCT and FedGKT get knob grids of one size (the same tuning budget)")
-        for name in ("lrs", "mus", "cot_finals", "gkt_kd_weights"):
-            grid = getattr(self, name)
-            require(len(set(grid)) == len(grid), self, name, "the values of a grid must be distinct")
         dealt = int(available_train(self.dataset, self.n_train) * (1.0 - self.validation_share))
         require(dealt >= 2 * self.num_clients, self, ("dataset", "n_train", "validation_share", "num_clients"),
                 "the split needs at least 2 training samples per client after the validation share")
         require(self.tuning_seed not in self.seeds, self, ("tuning_seed", "seeds"), "the tuning seed must not be a reported seed")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
         require(self.eval_every <= self.rounds, self, ("eval_every", "rounds"),
                 "rounds to target need evaluations within the run")
 

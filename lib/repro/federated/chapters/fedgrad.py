@@ -62,14 +62,12 @@ class Params(ChapterParams):
                 "active_clients must not exceed num_clients")
         require(all(d in self.defences for d in NEEDED), self, "defences",
                 "defences must include none and fedgrad (the claims compare them)")
-        require(len(set(self.defences)) == len(self.defences), self, "defences", "defences must not repeat")
         require(self.num_attackers >= 1, self, ("attacker_share", "num_clients"),
                 "the attacker pool round(attacker_share * num_clients) must hold at least one client")
         require(self.switch_round <= self.rounds, self, ("switch_round", "rounds"),
                 "FedGrad's hard filter must start within the run")
         require(available_train(self.dataset, None) >= 2 * self.num_clients, self, ("dataset", "num_clients"),
                 "the split needs at least 2 training samples per client")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
 
     @property
     def num_attackers(self) -> int:

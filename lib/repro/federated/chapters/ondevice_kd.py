@@ -110,8 +110,6 @@ class Params(ChapterParams):
         require(self.pool_size <= dealt, self, ("pool_size", "n_train", "validation_share"),
                 "FedDF's pool draws from the clients' training samples; it cannot exceed them")
         require(self.tuning_seed not in self.seeds, self, ("tuning_seed", "seeds"), "the tuning seed must not be a reported seed")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
-        require(len(set(self.lrs)) == len(self.lrs), self, "lrs", "the learning rates of the grid must be distinct")
 
     def spec(self) -> TaskSpec:
         """The task: the dataset over the clients by a Dirichlet label skew, a validation share held out; ``L``'s MLP."""

@@ -100,8 +100,6 @@ class Params(ChapterParams):
         require(dealt >= 2 * self.num_clients, self, ("num_clients", "validation_share"),
                 "the split needs at least 2 training samples per client after the validation share")
         require(self.tune_seed not in self.seeds, self, ("tune_seed", "seeds"), "tune on a seed that is not reported")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
-        require(len(set(self.lrs)) == len(self.lrs), self, "lrs", "the learning rates of the grid must be distinct")
 
     def federation(self) -> Federation:
         """The clients: digits with a Dirichlet label shift, the feature-shift groups and the seen/unseen split."""

@@ -97,11 +97,7 @@ class Params(ChapterParams):
                 "scaffold_lrs must hold the shared lr, so that tuning can only help SCAFFOLD")
         require(self.alpha != self.dense_alpha, self, ("alpha", "dense_alpha"),
                 "the denser split must differ from the sparse-and-scarce one")
-        for name in ("mus", "feddyn_alphas", "scaffold_lrs"):
-            grid = getattr(self, name)
-            require(len(set(grid)) == len(grid), self, name, "the values of a grid must be distinct")
         require(self.tuning_seed not in self.seeds, self, ("tuning_seed", "seeds"), "the tuning seed must not be a reported seed")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
 
     def spec(self, alpha: float | None = None) -> TaskSpec:
         """The sparse-and-scarce split (at ``alpha``, by default the chapter's), a validation share held out."""

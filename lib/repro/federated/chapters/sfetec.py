@@ -91,8 +91,6 @@ class Params(ChapterParams):
                 ("edges", "clients_per_edge", "samples_per_client", "validation_share"),
                 f"the clients would hold more samples than the {dealt} training samples left after the validation share")
         require(self.tuning_seed not in self.seeds, self, ("tuning_seed", "seeds"), "the tuning seed must not be a reported seed")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
-        require(len(set(self.lrs)) == len(self.lrs), self, "lrs", "the learning rates of the grid must be distinct")
         require(self.cloud_every <= self.rounds, self, ("cloud_every", "rounds"),
                 "the cloud must aggregate at least once within the rounds")
 

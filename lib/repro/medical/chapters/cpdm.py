@@ -98,15 +98,12 @@ class Params(ChapterParams):
     device: str = "cpu"
 
     def checks(self) -> None:
-        """Refuse a slice size the UNet cannot halve, more examples than test slices, repeats in the lists."""
+        """Refuse a slice size the UNet cannot halve, more examples than test slices, a sweep that repeats the coupling."""
         require(self.image_size % 2**self.levels == 0, self, ("image_size", "levels"),
                 "image_size must be a multiple of 2**levels")
         require(self.n_examples <= self.n_test, self, ("n_examples", "n_test"), "n_examples must not exceed n_test")
         require(self.sample_steps <= self.n_timesteps, self, ("sample_steps", "n_timesteps"),
                 "the sampler cannot take more steps than the bridge has")
-        for name in ("seeds", "lr_grid", "coupling_sweep"):
-            values = getattr(self, name)
-            require(len(set(values)) == len(values), self, name, f"{name} must not repeat")
         require(self.attenuation_coupling not in self.coupling_sweep, self, ("coupling_sweep", "attenuation_coupling"),
                 "the sweep reruns the first seed at other couplings (the profile's own is the main run)")
 

@@ -96,13 +96,10 @@ class Params(ChapterParams):
     device: str = "cpu"
 
     def checks(self) -> None:
-        """Refuse volumes the encoder cannot stride, a wrong number of widths, too many examples, repeats."""
+        """Refuse volumes the encoder cannot stride, a wrong number of widths, too many examples."""
         require(self.depth % 8 == 0 and self.size % 8 == 0, self, ("depth", "size"), "depth and size must be multiples of 8")
         require(len(self.channels) == 3, self, "channels", "channels needs exactly three widths")
         require(self.n_examples <= self.n_test, self, ("n_examples", "n_test"), "n_examples must not exceed n_test")
-        for name in ("seeds", "lr_grid"):
-            values = getattr(self, name)
-            require(len(set(values)) == len(values), self, name, f"{name} must not repeat")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -88,19 +88,14 @@ class Params(ChapterParams):
     workers: int
 
     def checks(self) -> None:
-        """Refuse ranges that are not ``[low, high]``, more components than actions, and repeated values."""
+        """Refuse ranges that are not ``[low, high]``, more components than actions, a missing scored layout."""
         for name in ("actions", "components"):
             pair = getattr(self, name)
             require(len(pair) == 2 and pair[0] <= pair[1], self, name, f"{name} must be [low, high]")
         require(self.components[-1] <= self.actions[0], self, ("components", "actions"),
                 "a model cannot have more components than actions (each component holds at least one action)")
-        require(len(set(self.processors)) == len(self.processors), self, "processors", "processors must not repeat")
-        require(len(set(self.layouts)) == len(self.layouts), self, "layouts", "layouts must not repeat")
         require(SCORED_LAYOUT in self.layouts, self, "layouts",
                 f"layouts must hold {SCORED_LAYOUT!r}: the gain over one thread per component is judged there")
-        require(len(set(self.utilisations)) == len(self.utilisations), self, "utilisations",
-                "utilisations must not repeat")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must not repeat")
 
     def model_spec(self) -> ModelSpec:
         """How the random component models are drawn."""

@@ -108,10 +108,9 @@ class Params(ChapterParams):
     workers: int
 
     def checks(self) -> None:
-        """Refuse exposures that are not ``[low, high]``, repeated seeds and a split that leaves no test night."""
+        """Refuse exposures that are not ``[low, high]`` and a split that leaves no test night."""
         require(len(self.exposures) == 2 and self.exposures[0] <= self.exposures[1], self, "exposures",
                 "exposures must be [low, high]")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must not repeat")
         train = int(round(self.train_share * self.nights))
         require(2 <= train <= self.nights - 1, self, ("train_share", "nights"),
                 "the chronological split must leave at least two training nights and one test night")

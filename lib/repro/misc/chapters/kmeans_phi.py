@@ -423,7 +423,6 @@ class Params(ChapterParams):
         require(max(self.ks) <= self.n, self, ("ks", "n"), "every cluster count must be at most the number of points")
         require(len(set(self.mpi_ranks)) >= 2, self, "mpi_ranks", "the speed-up claim needs at least two MPI rank counts")
         require(max(self.mpi_ranks) <= self.mpi_n, self, ("mpi_ranks", "mpi_n"), "every rank needs at least one point")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must not repeat")
         require(all(d % lanes == 0 for d in self.dims_aligned), self, "dims_aligned",
                 f"aligned dimensions must be multiples of this host's vector width ({lanes} float64 lanes)")
         require(all(d % lanes != 0 for d in self.dims_unaligned), self, "dims_unaligned",

@@ -59,7 +59,6 @@ class Params(ChapterParams):
                 "the multiplicative form (run at the default instance) needs a positive coverage weight")
         require(self.objective != "multiplicative" or min(self.w_coverages) > 0, self, ("objective", "w_coverages"),
                 "a multiplicative objective needs a positive coverage weight at every instance")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "must be distinct")
         ga = GAConfig()
         require(self.population > max(ga.elite, ga.tournament), self, "population",
                 f"the GA keeps {ga.elite} elites and draws tournaments of {ga.tournament}: a larger population is needed")

@@ -77,8 +77,6 @@ class Params(ChapterParams):
         require(self.delta_s in self.deltas, self, ("delta_s", "deltas"), "deltas must contain delta_s")
         require(self.reference_theta in self.thetas, self, ("reference_theta", "thetas"),
                 "thetas must contain reference_theta")
-        require(len(set(self.thetas)) == len(self.thetas), self, "thetas", "must be distinct")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "must be distinct")
         require(max(self.seeds) < TEST_OFFSET, self, "seeds",
                 f"training seeds must lie below {TEST_OFFSET} (seed + {TEST_OFFSET} is the test city)")
         require(self.gen_interval_s < self.horizon_s, self, ("gen_interval_s", "horizon_s"),

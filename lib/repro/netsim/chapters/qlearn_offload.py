@@ -70,7 +70,6 @@ class Params(ChapterParams):
         require(self.gen_interval_s in self.gen_intervals, self, ("gen_interval_s", "gen_intervals"),
                 "gen_intervals must contain gen_interval_s (the claims are read there)")
         require(self.delta_s in self.deltas, self, ("delta_s", "deltas"), "deltas must contain delta_s")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "must be distinct")
         require(max(self.seeds) < TEST_OFFSET, self, "seeds",
                 f"training seeds must lie below {TEST_OFFSET} (seed + {TEST_OFFSET} is the test city)")
         require(self.gen_interval_s < self.horizon_s and max(self.gen_intervals) < self.horizon_s, self,

@@ -76,7 +76,6 @@ class Params(ChapterParams):
         require(self.task_rate in self.task_rates, self, ("task_rate", "task_rates"), "task_rates must contain task_rate")
         require(len(self.loads) >= 2, self, ("vehicle_rates", "task_rates"),
                 "the load claims compare the heaviest and the lightest load point: give at least two")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "must be distinct")
         require(max(self.seeds) < HELD_OUT, self, "seeds",
                 f"training seeds must lie below {HELD_OUT} (seed + {HELD_OUT} is the held-out traffic)")
         require(self.train_steps > DQNConfig().learning_starts, self, "train_steps",

@@ -80,9 +80,7 @@ class Params(ChapterParams):
         """Refuse impossible combinations before any kernel starts."""
         require(self.packet_prob in self.packet_probs, self, ("packet_prob", "packet_probs"),
                 "packet_probs must contain packet_prob (the claims are read there)")
-        require(len(set(self.packet_probs)) == len(self.packet_probs), self, "packet_probs", "must be distinct")
         require(self.targets <= self.sensors, self, ("targets", "sensors"), "need at least one sensor per target")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "must be distinct")
         require(self.train_steps > DQN_WARMUP, self, "train_steps",
                 f"the DQN replays nothing in its first {DQN_WARMUP} decisions; train for more")
         require(self.eval_networks <= NETWORKS_PER_SEED, self, "eval_networks",

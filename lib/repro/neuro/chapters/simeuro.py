@@ -84,7 +84,6 @@ class Params(ChapterParams):
         cores = len(tile_network(self.sizes, self.axons, self.neurons))
         require(cores <= self.mesh[0] * self.mesh[-1], self, ("mesh", "axons", "neurons", "hidden"),
                 f"the network needs {cores} cores, more than the mesh holds")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "must be distinct")
 
     @property
     def sizes(self) -> list[int]:

@@ -30,7 +30,6 @@ from repro.offopt.grid import (
     run_chapter_grid,
 )
 from repro.offopt.tasks import OfflineTask
-from repro.params import require
 from repro.results import Evidence
 
 DUAL_ASCENT = "ignite"
@@ -65,12 +64,6 @@ class Params(GridSettings):
         super().__post_init__()
         for name in ("optimizers", "variants"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
-
-    def checks(self) -> None:
-        """The shared checks, and distinct optimisers and variants."""
-        super().checks()
-        require(len(set(self.optimizers)) == len(self.optimizers), self, "optimizers", "optimizers must not repeat")
-        require(len(set(self.variants)) == len(self.variants), self, "variants", "variants must not repeat")
 
     @property
     def judged_variant(self) -> str:

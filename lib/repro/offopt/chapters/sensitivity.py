@@ -25,7 +25,6 @@ from repro.offopt.grid import (
     run_chapter_grid,
 )
 from repro.offopt.tasks import OfflineTask
-from repro.params import require
 from repro.results import Evidence
 
 REGULARIZER = "boss"
@@ -59,11 +58,6 @@ class Params(GridSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "optimizers", tuple(self.optimizers))
-
-    def checks(self) -> None:
-        """The shared checks, and distinct optimisers."""
-        super().checks()
-        require(len(set(self.optimizers)) == len(self.optimizers), self, "optimizers", "optimizers must not repeat")
 
     def methods(self) -> list[str]:
         """Each base optimiser followed by its BOSS-regularised twin."""

@@ -67,8 +67,6 @@ class Params(ChapterParams):
                 "every process needs at least one mini-batch")
         require(self.samples // self.shards >= 1, self, ("samples", "shards"), "every shard needs at least one sample")
         require(any(k > 1 for k in self.ks), self, "ks", "at least one block size k must be above 1 (bulk reading)")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
-        require(len(set(self.latencies_ms)) == len(self.latencies_ms), self, "latencies_ms", "latencies must be distinct")
 
     @property
     def bandwidth(self) -> float:

@@ -61,7 +61,6 @@ class Params(ChapterParams):
         tiles = -(-self.rows // self.tile_rows) * -(-self.cols // self.tile_cols)
         require(max(self.ranks) <= tiles, self, ("ranks", "rows", "cols", "tile_rows", "tile_cols"),
                 "every rank needs at least one tile of the block-cyclic decomposition")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
 
     @property
     def pair_mib(self) -> float:

@@ -96,7 +96,6 @@ class Params(ChapterParams):
         require(self.exact_file_kib * 1024 >= max(self.exact_ranks) * self.exact_mean_run, self,
                 ("exact_file_kib", "exact_ranks", "exact_mean_run"),
                 "the real writes' file must hold at least one mean run per rank")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
 
     def exact_config(self) -> ExactConfig:
         """The real-MPI runs of the chapter."""

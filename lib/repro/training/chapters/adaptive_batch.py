@@ -96,8 +96,7 @@ class Params(ChapterParams):
                 f"the check's batch must fit in the {self.n_train} training images")
         require(not set(self.tune_seeds) & set(self.seeds), self, ("tune_seeds", "seeds"),
                 "the tuning seeds must differ from the evaluation seeds")
-        require(len(set(self.lr_grid)) == len(self.lr_grid) and all(r > 0 for r in self.lr_grid), self, "lr_grid",
-                "the learning-rate grid holds distinct positive rates")
+        require(all(r > 0 for r in self.lr_grid), self, "lr_grid", "the learning-rate grid holds positive rates")
 
     @property
     def small(self) -> str:

@@ -88,8 +88,7 @@ class Params(ChapterParams):
         require(all(m in self.methods for m in CLAIMED), self, "methods", f"the claims need {list(CLAIMED)}")
         require(not set(self.tune_seeds) & set(self.seeds), self, ("tune_seeds", "seeds"),
                 "the tuning seeds must differ from the evaluation seeds")
-        require(len(set(self.lr_grid)) == len(self.lr_grid) and all(r > 0 for r in self.lr_grid), self, "lr_grid",
-                "the learning-rate grid holds distinct positive rates")
+        require(all(r > 0 for r in self.lr_grid), self, "lr_grid", "the learning-rate grid holds positive rates")
         n_val = round(self.validation_fraction * DIGITS_TRAIN)
         require(n_val >= 10 and self.batch_size <= DIGITS_TRAIN - n_val, self,
                 ("validation_fraction", "batch_size"), "the validation split needs 10 images and a batch must fit "

@@ -107,8 +107,7 @@ class Params(ChapterParams):
                 f"the gloo check runs within one epoch of 2 workers: at most {self.check_epoch_steps} steps")
         require(not set(self.tune_seeds) & set(self.seeds), self, ("tune_seeds", "seeds"),
                 "the tuning seeds must differ from the evaluation seeds")
-        require(len(set(self.lr_grid)) == len(self.lr_grid) and all(r > 0 for r in self.lr_grid), self, "lr_grid",
-                "the learning-rate grid holds distinct positive rates")
+        require(all(r > 0 for r in self.lr_grid), self, "lr_grid", "the learning-rate grid holds positive rates")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -92,7 +92,6 @@ class Params(ChapterParams):
         fr = self.decay_fractions
         require(all(0 < f < 1 for f in fr) and list(fr) == sorted(set(fr)), self, "decay_fractions",
                 "the learning-rate drops lie strictly inside a stage, in increasing order")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
 
 
 @dataclass(frozen=True, kw_only=True)

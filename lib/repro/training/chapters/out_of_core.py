@@ -65,7 +65,6 @@ class Params(ChapterParams):
                 "claim_ratio must be one of bandwidth_ratios")
         require(self.capacity_fraction in self.capacity_fractions, self, ("capacity_fraction", "capacity_fractions"),
                 "capacity_fraction must be one of capacity_fractions")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
         require(self.exhaustive_limit >= 8, self, "exhaustive_limit",
                 "the greedy planner is judged against the exhaustive optimum: the 8-block chains must be searched "
                 "exhaustively (exhaustive_limit >= 8)")

@@ -62,7 +62,6 @@ class Params(ChapterParams):
         require(self.image % 32 == 0, self, "image", "image must be a multiple of 32 (five 2x2 poolings)")
         require(self.width_divisor <= 64 and 64 % self.width_divisor == 0, self, "width_divisor",
                 "width_divisor must divide 64 (VGG-A's narrowest layer has 64 channels)")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
 
     def platform(self) -> Platform:
         """The modelled node and network of the claims."""

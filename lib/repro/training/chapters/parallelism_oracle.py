@@ -101,7 +101,6 @@ class Params(ChapterParams):
             require(fits, self, ("cosmo_side", "claim_processes", "node_gpus"),
                     "the data+spatial hybrid cannot hold one volume per group at ABCI's memory, so the 3-D claim "
                     "compares nothing; choose a smaller cosmo_side")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
 
     def projection_setup(self) -> ProjectionSetup:
         """How the projections are made (hybrid group, widest pure model parallelism, micro-batch cap)."""

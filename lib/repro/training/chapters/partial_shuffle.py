@@ -92,7 +92,6 @@ class Params(ChapterParams):
                 "each of the gloo check's 2 shards must hold at least one batch")
         require(self.warmup_epochs <= DECAY_AT * self.epochs, self, ("warmup_epochs", "epochs"),
                 f"the warm-up must end before the learning-rate decay at {DECAY_AT:g} x epochs")
-        require(len(set(self.seeds)) == len(self.seeds), self, "seeds", "seeds must be distinct")
 
     def setup(self) -> ShuffleSetup:
         """The data, model and optimiser every run shares."""
