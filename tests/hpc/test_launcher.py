@@ -40,9 +40,13 @@ def test_failing_rank_aborts_the_job_at_once_with_its_cause(how: str, tmp_path: 
 
 def test_ranks_print_and_the_output_comes_back(tmp_path: Path) -> None:
     script = tmp_path / "hello.py"
-    script.write_text("from mpi4py import MPI\nprint('rank', MPI.COMM_WORLD.Get_rank(), 'of', MPI.COMM_WORLD.Get_size())\n")
+    # one os.write per rank: with PYTHONUNBUFFERED (set on these machines) print() writes its arguments and
+    # separators one by one, so under two concurrent test runs the ranks' pieces interleaved inside a phrase and
+    # rank 0's was lost to the regex; a single write below PIPE_BUF reaches the pipe whole
+    script.write_text("import os\nfrom mpi4py import MPI\n"
+                      "os.write(1, f'rank {MPI.COMM_WORLD.Get_rank()} of {MPI.COMM_WORLD.Get_size()}\\n'.encode())\n")
     out = run_mpi([str(script)], 2, timeout=120).stdout
-    # two ranks write to one pipe: under load their lines can interleave, so read the phrases, not the lines
+    # two ranks write to one pipe: their lines may come in either order, so read the phrases, not the lines
     assert sorted(re.findall(r"rank \d+ of \d+", out)) == ["rank 0 of 2", "rank 1 of 2"]
 
 
