@@ -21,15 +21,60 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
 """Activation factories by name (``"silu"`` is Swish)."""
 
 
-def mlp(in_features: int, hidden: Sequence[int], num_classes: int) -> nn.Sequential:
-    """A ReLU multilayer perceptron ``in -> hidden... -> classes`` with named layers ``fc0, fc1, ...``."""
+MLP_INITS = ("torch", "he")
+"""Initialisations :func:`mlp` knows: torch's default for ``nn.Linear``, or He et al.'s for ReLU layers."""
+
+
+def mlp(in_features: int, hidden: Sequence[int], num_classes: int, *, init: str = "torch") -> nn.Sequential:
+    """A ReLU multilayer perceptron ``in -> hidden... -> classes`` with named layers ``fc0, fc1, ...``.
+
+    Parameters
+    ----------
+    in_features, hidden, num_classes
+        Input width, hidden widths, output width.
+    init
+        ``"torch"``: ``nn.Linear``'s default (weights uniform in ``±1/sqrt(fan_in)``, variance
+        ``1/(3 fan_in)``: with the ReLU's halving, the weights scale the features' root mean square by about
+        ``1/sqrt(6)`` a layer); ``"he"``: every weight from He et al.'s normal initialisation for ReLU
+        (variance ``2/fan_in``, which keeps the scale), every bias zero.
+    """
+    if init not in MLP_INITS:
+        raise ValueError(f"init: expected one of {MLP_INITS}, got {init!r}")
     dims = [in_features, *hidden, num_classes]
     layers: list[tuple[str, nn.Module]] = []
     for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
-        layers.append((f"fc{i}", nn.Linear(a, b)))
+        linear = nn.Linear(a, b)
+        if init == "he":
+            nn.init.kaiming_normal_(linear.weight, nonlinearity="relu")
+            nn.init.zeros_(linear.bias)
+        layers.append((f"fc{i}", linear))
         if i < len(dims) - 2:
             layers.append((f"relu{i}", nn.ReLU()))
     return nn.Sequential(OrderedDict(layers))
+
+
+@torch.no_grad()
+def linear_input_rms(model: nn.Module, x: torch.Tensor) -> dict[str, float]:
+    """Root mean square of what every ``nn.Linear`` of ``model`` receives on the batch ``x``, by layer name.
+
+    It shows how the scale of the features changes with depth: the input of the last layer is what a
+    client that trains only that layer learns from.
+    """
+    seen: dict[str, float] = {}
+
+    def recorder(name: str) -> Callable[..., None]:
+        def record(_module: nn.Module, args: tuple[torch.Tensor, ...], _out: torch.Tensor) -> None:
+            seen[name] = float(args[0].pow(2).mean().sqrt())
+        return record
+
+    hooks = [module.register_forward_hook(recorder(name))
+             for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    try:
+        model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
 
 
 class BasicBlock(nn.Module):

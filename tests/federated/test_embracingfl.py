@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -35,7 +36,7 @@ from repro.federated.partial import PartialTraining, layerwise_average, make_par
 from repro.federated.strategies import SeededFedAvg
 from repro.federated.task import TaskSpec, build_model, load_task_data
 from repro.federated.tiers import Tier, assign_tiers, linear_layers, measure_step_memory, memory_fractions, step_memory
-from repro.models import mlp
+from repro.models import linear_input_rms, mlp
 
 SPEC = TaskSpec(dataset="digits", num_clients=6, alpha=0.5, hidden=(32, 24, 16), n_train=600)
 LOCAL = LocalSGD(batch_size=16, lr=0.05, momentum=0.9).config(3)
@@ -410,3 +411,36 @@ def test_memory_model_matches_torch_within_one_percent(trained_layers):
 def test_memory_fractions_monotone_in_trained_layers():
     fractions = memory_fractions(linear_layers(mlp(64, [128, 128, 128, 64], 10)), batch_size=16)
     assert fractions[-1] == 1.0 and all(a < b for a, b in zip(fractions, fractions[1:]))
+
+
+def test_he_init_keeps_the_scale_that_torchs_default_loses_with_depth():
+    x = torch.randn(512, 64)
+    torch.manual_seed(0)
+    default = linear_input_rms(mlp(64, (128, 128, 128, 64), 10), x)
+    torch.manual_seed(0)
+    he = linear_input_rms(mlp(64, (128, 128, 128, 64), 10, init="he"), x)
+    assert list(default) == list(he) == [f"fc{i}" for i in range(5)]
+    assert default["fc0"] == pytest.approx(1.0, rel=0.05) and he["fc0"] == default["fc0"]
+    # weights uniform in +-1/sqrt(fan_in) with a ReLU scale the root mean square by about 1/sqrt(6) a layer
+    assert default["fc1"] == pytest.approx(6**-0.5, rel=0.15)
+    assert default["fc4"] < 0.1 * default["fc0"]
+    # He's variance 2/fan_in with a ReLU keeps it
+    assert all(v == pytest.approx(1.0, rel=0.2) for v in he.values())
+
+
+def test_he_init_draws_normal_weights_of_variance_two_over_fan_in_and_zero_biases():
+    torch.manual_seed(1)
+    net = mlp(256, (512,), 10, init="he")
+    assert net.fc0.weight.var().item() == pytest.approx(2 / 256, rel=0.02)
+    assert net.fc1.weight.var().item() == pytest.approx(2 / 512, rel=0.1)
+    assert not net.fc0.bias.any() and not net.fc1.bias.any()
+
+
+def test_the_task_builds_its_mlp_with_its_init_and_refuses_an_unknown_one():
+    spec = TaskSpec(dataset="digits", num_clients=4, hidden=(32,), n_train=200)
+    assert build_model(spec, seed=3).fc0.bias.any()
+    assert not build_model(dataclasses.replace(spec, init="he"), seed=3).fc0.bias.any()
+    with pytest.raises(ValueError, match="init"):
+        build_model(dataclasses.replace(spec, init="xavier"), seed=3)
+    with pytest.raises(ValueError, match="init"):
+        build_model(dataclasses.replace(spec, init="he", model="resnet20"), seed=3)

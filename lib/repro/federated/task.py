@@ -50,6 +50,9 @@ class TaskSpec:
         the partition: no client holds them, and
         :func:`repro.federated.tuning.held_out` returns them to choose
         hyper-parameters on (0: every sample goes to the partition).
+    init
+        How the MLP's weights are drawn (:data:`repro.models.MLP_INITS`): ``torch`` (``nn.Linear``'s default)
+        or ``he``; ``resnet20`` takes only ``torch``.
     """
 
     dataset: str = "digits"
@@ -64,6 +67,7 @@ class TaskSpec:
     cluster_sizes: tuple[int, ...] = ()
     samples_per_client: int = 0
     validation_share: float = 0.0
+    init: str = "torch"
 
 
 FL_DATASETS = ("doc_topics",)
@@ -141,8 +145,10 @@ def build_model(spec: TaskSpec, seed: int) -> torch.nn.Module:
     ds, _ = load_task_data(spec)
     torch.manual_seed(seed)
     if spec.model == "mlp":
-        return models.mlp(ds.num_features, spec.hidden, ds.num_classes)
+        return models.mlp(ds.num_features, spec.hidden, ds.num_classes, init=spec.init)
     if spec.model == "resnet20":
+        if spec.init != "torch":
+            raise ValueError(f"init: resnet20 takes only 'torch', got {spec.init!r}")
         side = int(round(ds.num_features**0.5))
         if side * side != ds.num_features:
             raise ValueError(f"resnet20 needs square single-channel images; {spec.dataset} has "

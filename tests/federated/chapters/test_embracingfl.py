@@ -12,7 +12,7 @@ from repro.federated.tuning import Choice
 from repro.params import ParameterError
 
 TINY = driver.Params(dataset="digits", n_train=400, validation_share=0.2, num_clients=6, active_clients=3, alpha=0.5,
-                     hidden=(16, 16), moderate_layers=2, weak_layers=1, moderate_width=0.5, weak_width=0.25,
+                     hidden=(16, 16), init="he", moderate_layers=2, weak_layers=1, moderate_width=0.5, weak_width=0.25,
                      heterofl_scaler=True, heterofl_masked_ce=True, fjord_self_distillation=True, strong_shares=(0.5,),
                      moderate_shares=(0.2,), steps=2, rounds=2, batch_size=16, lrs=(0.05, 0.1), momentum=0.9,
                      tuning_seed=9, seeds=(0,), workers=1, device="cpu", eval_every=1)
@@ -68,3 +68,17 @@ def test_every_impossible_combination_is_refused_naming_its_parameters(named, ch
     TINY.checks()  # the base case passes
     with pytest.raises(ParameterError, match=named):
         dataclasses.replace(TINY, **change).checks()
+
+
+def test_the_scale_table_measures_both_inits_whatever_the_run_uses():
+    spec = dataclasses.replace(TINY, hidden=(64, 64, 64)).spec()
+    scales = driver.input_scales(spec)
+    assert scales.layer.tolist() == ["fc0", "fc1", "fc2", "fc3"]
+    torch_rms, he_rms = scales["input RMS (torch init)"], scales["input RMS (he init)"]
+    assert torch_rms.iloc[0] == he_rms.iloc[0]  # both see the same samples
+    assert torch_rms.is_monotonic_decreasing and torch_rms.iloc[-1] < 0.25 * torch_rms.iloc[0]
+    assert he_rms.iloc[-1] > 0.6 * he_rms.iloc[0]
+    assert scales.equals(driver.input_scales(dataclasses.replace(spec, init="torch")))
+    note = driver.scale_note(scales, "he")
+    share = f"{torch_rms.iloc[-1] / torch_rms.iloc[0]:.1%} under torch init"
+    assert share in note and note.endswith("This run uses he init.")

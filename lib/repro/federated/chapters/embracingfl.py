@@ -22,6 +22,7 @@ from typing import ClassVar, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import torch
 from flwr.clientapp import ClientApp
 from matplotlib.figure import Figure
 
@@ -35,9 +36,10 @@ from repro.federated.runs import FederatedRun, RunRecord, curves_frame, execute,
 from repro.federated.seed_tuning import tune_on_seed
 from repro.federated.seed_tuning import tuning_summary as tuning_summary_table
 from repro.federated.strategies import SeededFedAvg
-from repro.federated.task import TaskSpec, available_train, build_model, majority_accuracy
+from repro.federated.task import TaskSpec, available_train, build_model, load_task_data, majority_accuracy
 from repro.federated.tiers import Tier, assign_tiers, count_step, linear_layers, step_memory
 from repro.federated.tuning import Choice, chosen, validation_accuracy
+from repro.models import MLP_INITS, linear_input_rms
 from repro.params import ChapterParams, require
 from repro.results import Evidence
 
@@ -261,6 +263,7 @@ class Params(ChapterParams):
     active_clients: int
     alpha: float
     hidden: tuple[int, ...]
+    init: str
     moderate_layers: int
     weak_layers: int
     moderate_width: float
@@ -304,7 +307,7 @@ class Params(ChapterParams):
         """The task: the dataset over the clients by a Dirichlet label skew, a validation share held out."""
         return TaskSpec(dataset=self.dataset, num_clients=self.num_clients, scheme="dirichlet", alpha=self.alpha,
                         hidden=self.hidden, model="mlp", n_train=self.n_train, data_seed=0,
-                        validation_share=self.validation_share)
+                        validation_share=self.validation_share, init=self.init)
 
     def plan(self) -> TierPlan:
         """The tiers: layers trained under partial training, widths under width reduction."""
@@ -419,6 +422,35 @@ def claims(results: Results) -> dict[str, Evidence | list[float]]:
 def tuning_summary(results: Results) -> pd.DataFrame:
     """Per method: validation and test accuracy at every rate on the tuning seed, and the rate kept."""
     return tuning_summary_table(results.tuning, results.choices, LABELS, TUNING_METRIC)
+
+
+# ----- scale of the features each layer receives ---------------------------------------------
+SCALE_SEEDS = (0, 1, 2, 3, 4)
+"""Initialisation seeds :func:`input_scales` averages over."""
+
+
+def input_scales(spec: TaskSpec) -> pd.DataFrame:
+    """Per linear layer, the root mean square of its input on the training samples at initialisation, per init.
+
+    One row per layer (``fc0`` first) with a column per :data:`repro.models.MLP_INITS` entry, each the mean
+    over :data:`SCALE_SEEDS` of :func:`repro.models.linear_input_rms`; the task's own ``init`` does not matter.
+    """
+    ds, _ = load_task_data(spec)
+    x = torch.from_numpy(ds.x_train)
+    columns: dict[str, list[float]] = {}
+    for init in MLP_INITS:
+        per_seed = [linear_input_rms(build_model(dataclasses.replace(spec, init=init), seed=s), x) for s in SCALE_SEEDS]
+        columns[f"input RMS ({init} init)"] = [float(np.mean([r[name] for r in per_seed])) for name in per_seed[0]]
+    return pd.DataFrame({"layer": list(linear_input_rms(build_model(spec, seed=0), x)), **columns})
+
+
+def scale_note(scales: pd.DataFrame, init: str) -> str:
+    """One sentence: the last layer's input scale as a share of the first layer's, under each init."""
+    shares = {col.split("(")[1].split()[0]: scales[col].iloc[-1] / scales[col].iloc[0]
+              for col in scales.columns if col != "layer"}
+    parts = " and ".join(f"{share:.1%} under {name} init" for name, share in shares.items())
+    return (f"Measured against the input's root mean square, the features reaching the last layer (the one every "
+            f"tier trains) are at {parts} (mean of {len(SCALE_SEEDS)} initialisations). This run uses {init} init.")
 
 
 # ----- memory of the tiers -------------------------------------------------------------------
