@@ -11,7 +11,7 @@ from repro.federated.robust import (
     RFA,
     EdgeCaseAttack,
     FedGradFilter,
-    FlameLite,
+    Flame,
     MultiKrumDefence,
     NoDefence,
     NormClipping,
@@ -50,7 +50,7 @@ def test_multikrum_rfa_flame_fedgrad_flag_planted_attackers():
     bad = {8, 9}
     _, f = MultiKrumDefence(num_malicious=2).aggregate(prev, models, counts)
     assert set(f) == bad
-    _, f = FlameLite().aggregate(prev, models, counts)
+    _, f = Flame().aggregate(prev, models, counts)
     assert bad <= set(f) and len(set(f) - bad) <= 3  # HDBSCAN may also call a few honest points noise
     _, f = FedGradFilter("fc1.weight", "fc1.bias").aggregate(prev, models, counts)
     assert bad <= set(f)
@@ -66,7 +66,7 @@ def test_multikrum_rfa_flame_fedgrad_flag_planted_attackers():
 def test_false_positives_without_attackers():
     prev, models = _models(10, 0, seed=1)
     counts = [10] * 10
-    _, f = FlameLite().aggregate(prev, models, counts)
+    _, f = Flame().aggregate(prev, models, counts)
     assert len(f) < 5  # the majority cluster is always admitted; HDBSCAN's noise points are its false positives
     _, f = MultiKrumDefence(num_malicious=2).aggregate(prev, models, counts)
     assert len(f) == 2  # Multi-Krum always drops f models, attackers or not
@@ -155,3 +155,22 @@ def test_fedgrad_hard_filter_history_every_round_trust_gated_and_krum_neighbourh
     d2 = ((flat[:, None] - flat[None]) ** 2).sum(-1)
     np.testing.assert_allclose(grad.krum_scores(models), [np.sort(r)[1:5].sum() for r in d2])
 
+
+
+def test_flame_adds_noise_of_its_factor_times_the_median_update_norm_to_the_clipped_average():
+    prev, models = _models(8, 2)
+    counts = [10] * 10
+    quiet, flagged = Flame(noise_factor=0.0).aggregate(prev, models, counts)
+    admitted = [i for i in range(10) if i not in flagged]
+    bound = float(np.median([np.linalg.norm(np.concatenate([(m[k] - prev[k]).ravel() for k in prev])) for m in models]))
+    clipped, _ = NormClipping(bound).aggregate(prev, [models[i] for i in admitted], [counts[i] for i in admitted])
+    assert all(np.array_equal(quiet[k], clipped[k]) for k in prev)
+    noisy, again = Flame(noise_factor=0.05, seed=3).aggregate(prev, models, counts)
+    assert again == flagged
+    noise = np.concatenate([(noisy[k] - quiet[k]).ravel() for k in prev])
+    # 43 coordinates: the sample sd is within 30% of the noise's, the mean within half an sd of 0
+    assert noise.std() == pytest.approx(0.05 * bound, rel=0.3) and abs(noise.mean()) < 0.5 * 0.05 * bound
+    same, _ = Flame(noise_factor=0.05, seed=3).aggregate(prev, models, counts)
+    assert all(np.array_equal(same[k], noisy[k]) for k in prev)
+    with pytest.raises(ValueError, match="noise_factor"):
+        Flame(noise_factor=-1.0)

@@ -34,7 +34,7 @@ Algorithms, one module each:
 - :mod:`repro.federated.regularised`: the regularised client (EWC or proximal penalty) of SAFA, FedProx and FedDRL;
   the label pattern of a client's last-layer gradient.
 - :mod:`repro.federated.feddyn`, :mod:`repro.federated.scaffold`: FedDyn and SCAFFOLD.
-- :mod:`repro.federated.robust`: the edge-case backdoor and the defences (Multi-Krum, RFA, FLAME-lite, FedGrad).
+- :mod:`repro.federated.robust`: the edge-case backdoor and the defences (Multi-Krum, RFA, FLAME, FedGrad).
 - :mod:`repro.federated.feddrl`: FedDRL's DDPG agent as an aggregation-weight policy.
 - :mod:`repro.federated.cadis`: CADIS's last-layer clustering, cluster-equal aggregation and KD client.
 - :mod:`repro.federated.partial`: partial-model training masks and layer-wise aggregation (EmbracingFL).

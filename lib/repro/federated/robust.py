@@ -16,9 +16,10 @@ Defences (all ``Defence.aggregate(prev, models, counts) -> (new, flagged)``):
 * :class:`RFA`: the geometric median of the models (Weiszfeld iterations);
 * :class:`RobustLR`: RLR's per-coordinate sign vote turns the server step
   back where too few clients agree;
-* :class:`FlameLite`: HDBSCAN on the cosine distances of the updates admits
-  the majority cluster, whose updates are clipped to their median norm
-  (FLAME without its noise, hence "lite");
+* :class:`Flame`: HDBSCAN on the cosine distances of the updates admits
+  the majority cluster, whose updates are clipped to the median norm and
+  averaged; Gaussian noise of ``noise_factor`` times that norm is added
+  (``noise_factor=0``: no noise);
 * :class:`FedGradFilter`: FedGrad's two filters on the ultimate layer
   (following the authors' ``defense.py``, :data:`FEDGRAD_REFERENCE_COMMIT`).
 
@@ -284,16 +285,35 @@ class RobustLR(Defence):
         return out, []
 
 
-class FlameLite(Defence):
-    """FLAME's clustering and clipping without its noise.
+FLAME_NOISE_FACTOR = 0.001
+"""FLAME's noise level: the noise's sd over the clipping bound (the authors' ``FLAME`` class in ``defense.py``
+at :data:`FEDGRAD_REFERENCE_COMMIT`, there "as specified from paper")."""
+
+
+class Flame(Defence):
+    """FLAME: clustering, clipping and noise.
 
     HDBSCAN (scikit-learn, precomputed cosine distances of the updates,
     ``min_cluster_size = n//2 + 1``) admits the models of the largest
-    cluster; their updates are clipped to the median update norm of all
-    models and averaged.  Models outside the cluster are flagged.
+    cluster; their updates are clipped to the median update norm ``s`` of all
+    models and averaged, and every coordinate of the result gets Gaussian
+    noise of sd ``noise_factor * s``.  Models outside the cluster are flagged.
+
+    Parameters
+    ----------
+    noise_factor
+        The noise's sd over the clipping bound (>= 0; 0 leaves the noise out).
+    seed
+        Seed of the noise, drawn afresh every round from one generator.
     """
 
-    name = "FLAME-lite"
+    name = "FLAME"
+
+    def __init__(self, noise_factor: float = FLAME_NOISE_FACTOR, seed: int = 0) -> None:
+        if not noise_factor >= 0:
+            raise ValueError(f"noise_factor must be >= 0, got {noise_factor}")
+        self.noise_factor = noise_factor
+        self.rng = np.random.default_rng(seed)
 
     def aggregate(self, prev, models, counts, pids=None):  # noqa: D102
         from sklearn.cluster import HDBSCAN
@@ -309,6 +329,9 @@ class FlameLite(Defence):
         bound = float(np.median(np.linalg.norm(upd, axis=1)))
         agg, _ = NormClipping(max(bound, 1e-12)).aggregate(prev, [models[i] for i in admitted],
                                                             [counts[i] for i in admitted])
+        if self.noise_factor > 0:
+            sd = self.noise_factor * bound
+            agg = {k: (v + self.rng.normal(0.0, sd, size=v.shape)).astype(v.dtype) for k, v in agg.items()}
         return agg, [i for i in range(len(models)) if i not in admitted]
 
 

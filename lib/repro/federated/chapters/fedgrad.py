@@ -27,7 +27,7 @@ from repro.models import set_weights
 from repro.params import ChapterParams, require
 from repro.results import Evidence
 
-DEFENCES = ("none", "norm-clipping", "multi-krum", "rfa", "rlr", "flame-lite", "fedgrad")
+DEFENCES = ("none", "norm-clipping", "multi-krum", "rfa", "rlr", "flame", "fedgrad")
 NEEDED = ("none", "fedgrad")
 """The defences the claims compare."""
 
@@ -89,8 +89,8 @@ class Params(ChapterParams):
 
 
 def make_defence(name: str, spec: TaskSpec, num_malicious: int, clip_bound: float,
-                 switch_round: int) -> robust.Defence:
-    """A defence of :mod:`repro.federated.robust` by name; FedGrad inspects the MLP's last layer."""
+                 switch_round: int, seed: int) -> robust.Defence:
+    """A defence of :mod:`repro.federated.robust` by name (FedGrad reads the MLP's last layer; FLAME's noise uses ``seed``)."""
     last = f"fc{len(spec.hidden)}"
     makers = {
         "none": lambda: robust.NoDefence(),
@@ -98,7 +98,7 @@ def make_defence(name: str, spec: TaskSpec, num_malicious: int, clip_bound: floa
         "multi-krum": lambda: robust.MultiKrumDefence(num_malicious),
         "rfa": lambda: robust.RFA(),
         "rlr": lambda: robust.RobustLR(),
-        "flame-lite": lambda: robust.FlameLite(),
+        "flame": lambda: robust.Flame(seed=seed),
         "fedgrad": lambda: robust.FedGradFilter(f"{last}.weight", f"{last}.bias", switch_round=switch_round,
                                                num_malicious=num_malicious),
     }
@@ -153,7 +153,7 @@ def run_one(job: BackdoorRun) -> BackdoorRecord:
     attack = robust.EdgeCaseAttack(spec=spec, attackers=tuple(job.attackers), pdr=job.pdr, seed=job.seed)
     num_malicious = max(1, round(job.clients_per_round * len(job.attackers) / spec.num_clients))
     strat = robust.RobustFedAvg(job.clients_per_round, job.local,
-                                make_defence(job.method, spec, num_malicious, job.clip_bound, job.switch_round),
+                                make_defence(job.method, spec, num_malicious, job.clip_bound, job.switch_round, job.seed),
                                 seed=job.seed)
     hist = job.simulate(strat, robust.make_attacked_client_app(attack, job.run_config))
     model = build_model(spec, seed=0)
@@ -256,7 +256,7 @@ LABELS = {
     "multi-krum": "Multi-Krum",
     "rfa": "RFA",
     "rlr": "RLR",
-    "flame-lite": "FLAME-lite",
+    "flame": "FLAME",
     "fedgrad": "FedGrad",
 }
 
