@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
@@ -16,6 +17,7 @@ from repro.federated.client import (
     client_seed,
     make_client_app,
     round_seed,
+    train_locally,
     train_shared,
 )
 from repro.federated.engine import (
@@ -29,8 +31,8 @@ from repro.federated.engine import (
 )
 from repro.federated.fedlama import FedLAMA, discrepancy, select_relaxed_layers
 from repro.federated.reference import fedavg_loop
-from repro.federated.strategies import SeededFedAvg
-from repro.federated.task import TaskSpec
+from repro.federated.strategies import SeededFedAvg, StepDecay
+from repro.federated.task import TaskSpec, build_model
 from repro.models import torch_threads
 
 SPEC = TaskSpec(dataset="digits", num_clients=12, alpha=0.3, hidden=(32, 16))
@@ -228,3 +230,39 @@ def test_strict_grid_refuses_error_replies_and_missing_ones():
         StrictGrid(_StubGrid([_reply(1), _reply(2, "out of memory")])).send_and_receive(["m1", "m2"])
     with pytest.raises(ClientFailed, match="1 of 2 clients sent no reply"):
         StrictGrid(_StubGrid([_reply(1)])).send_and_receive(["m1", "m2"])
+
+
+def test_step_decay_divides_the_rate_after_each_milestone():
+    decay = StepDecay(milestones=(4, 6), factor=0.1)
+    assert [decay.scale(r) for r in range(1, 9)] == pytest.approx([1, 1, 1, 1, 0.1, 0.1, 0.01, 0.01])
+    with pytest.raises(ValueError, match="factor"):
+        StepDecay(milestones=(4,), factor=0.0)
+    with pytest.raises(ValueError, match="milestones"):
+        StepDecay(milestones=(0,))
+
+
+def test_the_strategy_sends_each_rounds_rate_and_keeps_its_base_rate():
+    strategy = SeededFedAvg(2, LOCAL, seed=0, lr_decay=StepDecay(milestones=(2,), factor=0.1))
+    strategy.set_partition_map({0: 10, 1: 11, 2: 12})
+    arrays = initial_arrays(SPEC, 0)
+    sent = {r: [float(m.content["config"]["lr"]) for m in strategy.configure_train(r, arrays, ConfigRecord(), None)]
+            for r in (1, 2, 3)}
+    assert sent == {1: [0.05, 0.05], 2: [0.05, 0.05], 3: [pytest.approx(0.005)] * 2}
+    assert strategy.local["lr"] == 0.05
+    plain = SeededFedAvg(2, LOCAL, seed=0)
+    plain.set_partition_map({0: 10, 1: 11, 2: 12})
+    assert {float(m.content["config"]["lr"]) for m in plain.configure_train(3, arrays, ConfigRecord(), None)} == {0.05}
+
+
+def test_weight_decay_pulls_every_weight_towards_zero_by_rate_times_decay():
+    x = np.random.default_rng(0).normal(size=(32, 64)).astype(np.float32)
+    y = np.arange(32) % 10
+    start = build_model(SPEC, seed=0)
+    after = {}
+    for wd in (0.0, 0.01):
+        model = build_model(SPEC, seed=0)
+        train_locally(model, x, y, LocalSettings(steps=1, batch_size=8, lr=0.1, momentum=0.0, seed=5, weight_decay=wd))
+        after[wd] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    for k, w0 in start.state_dict().items():
+        assert torch.allclose(after[0.01][k] - after[0.0][k], -0.1 * 0.01 * w0, atol=1e-6)
+    assert "weight-decay" not in LocalSGD().config(3) and LocalSGD(weight_decay=0.01).config(3)["weight-decay"] == 0.01

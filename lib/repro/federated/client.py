@@ -57,10 +57,15 @@ class LocalSGD:
     batch_size: int = 16
     lr: float = 0.05
     momentum: float = 0.0
+    weight_decay: float = 0.0
 
     def config(self, steps: int) -> dict[str, float | int]:
-        """The ``local`` dict strategies send to clients (also a valid run config)."""
-        return {"steps": steps, "lr": self.lr, "momentum": self.momentum, "batch-size": self.batch_size}
+        """The ``local`` dict strategies send to clients (also a valid run config); ``weight-decay`` only when set."""
+        out: dict[str, float | int] = {"steps": steps, "lr": self.lr, "momentum": self.momentum,
+                                       "batch-size": self.batch_size}
+        if self.weight_decay:
+            out["weight-decay"] = self.weight_decay
+        return out
 
 
 def round_seed(run_seed: int, server_round: int) -> int:
@@ -79,8 +84,8 @@ class LocalSettings:
 
     Attributes
     ----------
-    steps, batch_size, lr, momentum
-        Local SGD settings.
+    steps, batch_size, lr, momentum, weight_decay
+        Local SGD settings (``weight_decay`` is the L2 penalty torch's SGD adds to the gradients).
     seed
         Seed of the round's mini-batches (from the run seed, the server round and the partition id).
     device
@@ -93,6 +98,7 @@ class LocalSettings:
     momentum: float
     seed: int
     device: str = "cpu"
+    weight_decay: float = 0.0
 
     @classmethod
     def read(cls, cfg: ConfigRecord, context: Context, partition_id: int) -> LocalSettings:
@@ -121,7 +127,8 @@ class LocalSettings:
         run_seed = int(number(run, "seed")) if "seed" in run else 0
         seed = client_seed(round_seed(run_seed, int(number(cfg, "server-round"))), partition_id)
         return cls(steps=int(value("steps")), batch_size=int(value("batch-size", 32)), lr=float(value("lr", 0.05)),
-                   momentum=float(value("momentum", 0.0)), seed=seed, device=str(run.get("device", "cpu")))
+                   momentum=float(value("momentum", 0.0)), seed=seed, device=str(run.get("device", "cpu")),
+                   weight_decay=float(value("weight-decay", 0.0)))
 
 
 def config_of(msg: Message) -> ConfigRecord:
@@ -174,7 +181,8 @@ def local_sgd(
     on_cpu = dev.type == "cpu"
     if not on_cpu:
         model.to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=settings.lr, momentum=settings.momentum)
+    opt = torch.optim.SGD(model.parameters(), lr=settings.lr, momentum=settings.momentum,
+                          weight_decay=settings.weight_decay)
     steps, batch_size = settings.steps, settings.batch_size
     xt, yt = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     model.train()

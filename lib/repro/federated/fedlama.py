@@ -27,7 +27,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 
 from repro.federated.arrays import from_arrayrecord, to_arrayrecord
-from repro.federated.strategies import SeededFedAvg
+from repro.federated.strategies import SeededFedAvg, StepDecay
 
 
 def discrepancy(average: np.ndarray, copies: Sequence[np.ndarray]) -> float:
@@ -90,16 +90,18 @@ class FedLAMA(SeededFedAvg):
         normalisation parameters) may get a longer interval.
     warmup
         Rounds before the intervals first adapt (all layers at interval 1 until then; the authors use 6).
+    lr_decay
+        As in :class:`~repro.federated.strategies.SeededFedAvg`.
     """
 
     def __init__(self, active_clients: int, local: dict[str, float | int], seed: int = 0, phi: int = 2,
-                 kernel_only: bool = True, warmup: int = 6) -> None:
+                 kernel_only: bool = True, warmup: int = 6, lr_decay: StepDecay | None = None) -> None:
         if phi < 1:
             raise ValueError(f"phi must be >= 1, got {phi}")
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {warmup}")
         self.warmup = warmup
-        super().__init__(active_clients, local, seed=seed, resample_every=phi)
+        super().__init__(active_clients, local, seed=seed, resample_every=phi, lr_decay=lr_decay)
         self.phi = phi
         self.kernel_only = kernel_only
         self.interval: dict[str, int] = {}

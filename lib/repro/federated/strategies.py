@@ -14,6 +14,7 @@ from the run seed and the server round (:mod:`repro.federated.client`).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Iterable, cast
 
 import numpy as np
@@ -55,6 +56,32 @@ def average_arrays(contents: list[RecordDict], weighted_by_key: str) -> ArrayRec
     return to_arrayrecord(average)
 
 
+@dataclass(frozen=True, kw_only=True)
+class StepDecay:
+    """A step schedule of the clients' learning rate: ``factor`` times smaller after each milestone round.
+
+    Attributes
+    ----------
+    milestones
+        Server rounds after which the rate drops (round ``m + 1`` is the first at the lower rate).
+    factor
+        The multiplier at each milestone, in ``(0, 1]``.
+    """
+
+    milestones: tuple[int, ...]
+    factor: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.factor <= 1.0:
+            raise ValueError(f"factor must be in (0, 1], got {self.factor}")
+        if any(m < 1 for m in self.milestones):
+            raise ValueError(f"milestones must be rounds >= 1, got {self.milestones}")
+
+    def scale(self, server_round: int) -> float:
+        """The multiplier of the base rate in ``server_round``."""
+        return float(self.factor ** sum(server_round > m for m in self.milestones))
+
+
 class SeededFedAvg(FedAvg):
     """FedAvg with seeded sampling of ``active_clients`` clients and communication accounting.
 
@@ -69,6 +96,8 @@ class SeededFedAvg(FedAvg):
         Seed of the client sampler (the clients seed their mini-batches from the run seed).
     resample_every
         Draw a new set of clients every this many rounds (1 = every round).
+    lr_decay
+        A step schedule of ``local["lr"]`` over the server rounds (``None``: a constant rate).
 
     Attributes
     ----------
@@ -85,7 +114,7 @@ class SeededFedAvg(FedAvg):
     """
 
     def __init__(self, active_clients: int, local: dict[str, float | int], seed: int = 0,
-                 resample_every: int = 1) -> None:
+                 resample_every: int = 1, lr_decay: StepDecay | None = None) -> None:
         super().__init__(fraction_train=1.0, fraction_evaluate=0.0, min_available_nodes=1, min_train_nodes=1)
         if active_clients < 1:
             raise ValueError(f"active_clients must be >= 1, got {active_clients}")
@@ -95,6 +124,7 @@ class SeededFedAvg(FedAvg):
         self.local = dict(local)
         self.seed = seed
         self.resample_every = resample_every
+        self.lr_decay = lr_decay
         self.sampler_rng = np.random.default_rng(seed)
         self.node_of: dict[int, int] = {}
         self._active: list[int] = []
@@ -139,6 +169,8 @@ class SeededFedAvg(FedAvg):
         send, back = self.payload(server_round, arrays)
         cfg = ConfigRecord(dict(config))
         cfg.update({k: v for k, v in self.local.items()})
+        if self.lr_decay is not None:
+            cfg["lr"] = float(self.local["lr"]) * self.lr_decay.scale(server_round)
         cfg["server-round"] = server_round
         cfg["send-keys"] = back
         self.round_traffic = (server_round, list(send.keys()), back)

@@ -10,13 +10,14 @@ import pytest
 from repro.federated.chapters import fedlama
 from repro.federated.chapters.fedlama import FedLamaRun, Params, Results, claims, run_strategy
 from repro.federated.client import LocalSGD
+from repro.federated.strategies import StepDecay
 from repro.federated.task import TaskSpec
 from repro.params import ParameterError
 
 SPEC = TaskSpec(dataset="digits", num_clients=12, alpha=0.3, hidden=(32, 16))
 BASE = dict(dataset="digits", n_train=400, num_clients=6, active_clients=3, alpha=0.5, model="mlp", hidden=(16,),
             tau=2, phis=(2,), rounds=4, batch_size=16, lr=0.05, momentum=0.0, seeds=(0, 1), engine="inprocess",
-            device="cpu", workers=1, eval_every=2, warmup=2)
+            device="cpu", workers=1, eval_every=2, warmup=2, lr_decay_at=(0.5,), lr_decay=0.1, weight_decay=2e-4)
 
 
 def test_same_total_steps_for_long_interval_baseline():
@@ -71,6 +72,7 @@ def test_communication_counts_only_where_accuracy_holds_and_the_saving_is_the_la
     ({"num_clients": 300, "active_clients": 3}, "'dataset', 'n_train', 'num_clients'"),
     ({"phis": (1,)}, "'phis'"),
     ({"warmup": 4}, "'warmup', 'rounds'"),
+    ({"lr_decay_at": (0.3,)}, "'lr_decay_at', 'rounds'"),
 ])
 def test_impossible_combinations_are_refused_by_name(change, names):
     Params(**BASE).checks()
@@ -83,3 +85,18 @@ def test_jobs_cover_every_method_phi_and_seed():
     assert sorted({(j.method, j.phi) for j in js}) == [("fedavg", 1), ("fedavg_long", 2), ("fedavg_long", 4),
                                                        ("fedlama", 2), ("fedlama", 4)]
     assert all(dataclasses.is_dataclass(j) and j.rounds == 4 for j in js) and len(js) == 10
+
+
+def test_the_decay_falls_on_the_same_local_step_for_every_method():
+    params = Params(**{**BASE, "rounds": 8, "phis": (4,), "lr_decay_at": (0.5, 0.75)})
+    schedule = params.lr_schedule()
+    assert schedule == StepDecay(milestones=(4, 6), factor=0.1)
+    assert Params(**{**BASE, "lr_decay_at": ()}).lr_schedule() is None
+    assert params.sgd().config(2)["weight-decay"] == 2e-4
+    runs = {j.method: j for j in fedlama.jobs(params) if j.seed == 0}
+    assert runs["fedavg"].lr_decay == runs["fedlama"].lr_decay == schedule
+    # FedAvg(4 tau')'s rounds cover tau'-rounds 1-4, 5-8, 9-12: it drops after its first (the step of tau'-round 4)
+    # and, since tau'-round 6 ends inside its second, again only from its third on (none in 8 tau'-rounds)
+    assert runs["fedavg_long"].long_decay() == StepDecay(milestones=(1, 2), factor=0.1)
+    _, strategy = run_strategy(runs["fedavg_long"])
+    assert strategy.lr_decay == StepDecay(milestones=(1, 2), factor=0.1)

@@ -22,7 +22,7 @@ from repro.federated.engine import History, central_evaluator, eval_schedule, in
 from repro.federated.fedlama import FedLAMA
 from repro.federated.figures import within_margin_figure
 from repro.federated.runs import FederatedRun, RunRecord, Simulation, curves_frame, execute, records_frame
-from repro.federated.strategies import SeededFedAvg
+from repro.federated.strategies import SeededFedAvg, StepDecay
 from repro.federated.task import TaskSpec, available_train, majority_accuracy
 from repro.params import ChapterParams, require
 from repro.registry import load_registry
@@ -55,6 +55,9 @@ class Params(ChapterParams):
     workers: int
     eval_every: int
     warmup: int
+    lr_decay_at: tuple[float, ...]
+    lr_decay: float
+    weight_decay: float
 
     def checks(self) -> None:
         """Refuse the impossible combinations before any run starts."""
@@ -67,6 +70,8 @@ class Params(ChapterParams):
         require(min(self.phis) >= 2, self, "phis", "the multipliers must be at least 2 (phi = 1 is FedAvg(tau') itself)")
         require(self.warmup < self.rounds, self, ("warmup", "rounds"),
                 "FedLAMA's warm-up must end before the last round, or its intervals never adapt")
+        require(all(0 < f < 1 and abs(f * self.rounds - round(f * self.rounds)) < 1e-9 for f in self.lr_decay_at), self,
+                ("lr_decay_at", "rounds"), "every decay point must be a share of the rounds in (0, 1) that falls on a round")
 
     def spec(self) -> TaskSpec:
         """The task: the dataset split over the clients by a Dirichlet label skew."""
@@ -75,7 +80,13 @@ class Params(ChapterParams):
 
     def sgd(self) -> LocalSGD:
         """The clients' local SGD."""
-        return LocalSGD(batch_size=self.batch_size, lr=self.lr, momentum=self.momentum)
+        return LocalSGD(batch_size=self.batch_size, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+    def lr_schedule(self) -> StepDecay | None:
+        """The step decay at the shares ``lr_decay_at`` of the rounds (``None`` without decay points)."""
+        if not self.lr_decay_at:
+            return None
+        return StepDecay(milestones=tuple(sorted(round(f * self.rounds) for f in self.lr_decay_at)), factor=self.lr_decay)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,10 +102,14 @@ class FedLamaRun(FederatedRun):
         Interval multiplier (1 for ``fedavg``).
     warmup
         FedLAMA's rounds before its intervals first adapt.
+    lr_decay
+        The learning-rate schedule in rounds of ``tau`` steps (``None``: constant); FedAvg(phi tau') drops its rate
+        in its first round that starts at or after a milestone's step (the same step when ``phi`` divides it).
     """
 
     phi: int = 1
     warmup: int = 6
+    lr_decay: StepDecay | None = None
 
     methods: ClassVar[tuple[str, ...]] = METHODS
 
@@ -102,6 +117,12 @@ class FedLamaRun(FederatedRun):
         super().__post_init__()
         if self.rounds % self.phi:
             raise ValueError(f"parameter 'rounds' ({self.rounds}) must be a multiple of phi ({self.phi})")
+
+    def long_decay(self) -> StepDecay | None:
+        """The schedule in rounds of ``phi * tau`` steps (FedAvg(phi tau')'s rounds)."""
+        if self.lr_decay is None:
+            return None
+        return StepDecay(milestones=tuple(-(-m // self.phi) for m in self.lr_decay.milestones), factor=self.lr_decay.factor)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,16 +148,18 @@ def run_strategy(job: FedLamaRun) -> tuple[History, SeededFedAvg]:
     """Run ``job``; return the history (progress in rounds of ``tau`` steps) and the strategy."""
     spec, k = job.spec, job.clients_per_round
     if job.method == "fedavg":
-        strat: SeededFedAvg = SeededFedAvg(k, job.sgd.config(job.tau), seed=job.seed)
+        strat: SeededFedAvg = SeededFedAvg(k, job.sgd.config(job.tau), seed=job.seed, lr_decay=job.lr_decay)
         simulation = job.simulation()
     elif job.method == "fedavg_long":  # rounds / phi rounds of phi * tau steps, evaluated on the same grid
-        strat = SeededFedAvg(k, job.sgd.config(job.tau * job.phi), seed=job.seed, resample_every=1)
+        strat = SeededFedAvg(k, job.sgd.config(job.tau * job.phi), seed=job.seed, resample_every=1,
+                             lr_decay=job.long_decay())
         n = job.rounds // job.phi
         simulation = Simulation(num_clients=spec.num_clients, initial=initial_arrays(spec, job.seed),
                                 evaluate=central_evaluator(spec), num_rounds=n,
                                 eval_rounds=tuple(eval_schedule(n, max(1, job.eval_every // job.phi))))
     else:
-        strat = FedLAMA(k, job.sgd.config(job.tau), seed=job.seed, phi=job.phi, warmup=job.warmup)
+        strat = FedLAMA(k, job.sgd.config(job.tau), seed=job.seed, phi=job.phi, warmup=job.warmup,
+                        lr_decay=job.lr_decay)
         simulation = job.simulation(multiple_of=job.phi)
     hist = job.play(strat, make_client_app(spec, job.run_config), simulation)
     if job.method == "fedavg_long":  # report progress in rounds of tau steps, like the others
@@ -161,7 +184,7 @@ def jobs(params: Params) -> list[FedLamaRun]:
     pairs = [("fedavg", 1)] + [(m, phi) for phi in params.phis for m in ("fedavg_long", "fedlama")]
     return [FedLamaRun(method=m, phi=phi, seed=s, spec=spec, sgd=sgd, tau=params.tau, rounds=params.rounds,
                        active_clients=params.active_clients, eval_every=params.eval_every, engine=params.engine,
-                       warmup=params.warmup, device=params.device,
+                       warmup=params.warmup, device=params.device, lr_decay=params.lr_schedule(),
                        progress=f"{m} phi={phi} seed={s}" if progress else None)
             for s in params.seeds for m, phi in pairs]
 
