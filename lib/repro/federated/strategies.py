@@ -58,7 +58,7 @@ def average_arrays(contents: list[RecordDict], weighted_by_key: str) -> ArrayRec
 
 @dataclass(frozen=True, kw_only=True)
 class StepDecay:
-    """A step schedule of the clients' learning rate: ``factor`` times smaller after each milestone round.
+    """A step schedule of the clients' learning rate: multiplied by ``factor`` after each milestone round.
 
     Attributes
     ----------
