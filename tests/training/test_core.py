@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -248,3 +249,27 @@ def test_ranks_are_spawned_single_threaded_and_the_parent_environment_is_restore
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
     assert launch(_omp_threads, 2, timeout_s=300) == [("1", 1), ("1", 1)]
     assert os.environ["OMP_NUM_THREADS"] == "7"
+
+
+def _rank_zero_outlives_the_slowest_rank(ctx, folder):
+    """Rank 0 returns at once; rank 1 waits, then tells whether rank 0's process is still running (not a zombie)."""
+    mine = Path(folder) / f"pid{ctx.rank}"
+    mine.write_text(str(os.getpid()))
+    if ctx.rank == 0:
+        return True
+    first = Path(folder) / "pid0"
+    deadline = time.monotonic() + 120
+    while not first.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(2.0)
+    try:
+        status = Path(f"/proc/{first.read_text()}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status
+
+
+def test_no_rank_leaves_its_group_while_a_peer_is_still_working(tmp_path):
+    # a rank that left early would close the connections a slow peer may still be setting up (seen under load as
+    # "Gloo connectFullMesh failed ... Connection closed by peer")
+    assert launch(_rank_zero_outlives_the_slowest_rank, 2, (str(tmp_path),), timeout_s=300) == [True, True]

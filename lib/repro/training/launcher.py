@@ -165,6 +165,9 @@ def _rank_main(rank: int, job: _RankJob, results: Any) -> None:
                                 timeout=datetime.timedelta(seconds=max(job.timeout_s, RENDEZVOUS_TIMEOUT_S)))
         layout = build_layout(rank, job.world_size, job.group_size) if job.group_size else None
         value = job.fn(RankContext(rank=rank, world_size=job.world_size, layout=layout), *job.args)
+        # gloo's rendezvous can return on one rank while a peer still completes its half of the connection;
+        # no rank tears its group down (or exits) until every rank is through, or that peer loses its link
+        dist.barrier()
         results.put(_Outcome(rank=rank, ok=True, value=value))
     except BaseException:  # noqa: BLE001 - every failure must reach the parent with its traceback
         results.put(_Outcome(rank=rank, ok=False, error=traceback.format_exc()))
